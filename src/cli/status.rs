@@ -1,0 +1,57 @@
+use clap::Args;
+
+use super::render::{age, print_json};
+use super::Ctx;
+use crate::error::Result;
+use crate::names::SandboxName;
+use crate::progress::Silent;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    pub name: SandboxName,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
+    let docker = ctx.docker().await?;
+    let s = ctx.engine(&docker, &Silent).status(&args.name).await?;
+    if args.json {
+        print_json(&s)?;
+        return Ok(0);
+    }
+    let r = &s.record;
+    println!("name:       {}", r.name);
+    println!("status:     {}", s.row.status);
+    println!("mode:       {}", r.workspace.mode());
+    println!("workspace:  {}", r.workspace.host_path().display());
+    if let Some(branch) = r.workspace.branch() {
+        println!("branch:     {branch}");
+    }
+    println!("template:   {}", r.template);
+    println!("image:      {}", r.image);
+    println!("container:  {}", r.container);
+    println!("created:    {} ago", age(r.created_at));
+    match &s.container {
+        Some(c) => {
+            println!("id:         {}", &c.id[..c.id.len().min(12)]);
+            if let Some(code) = c.exit_code.filter(|_| c.state != "running") {
+                println!("exit code:  {code}");
+            }
+            for m in &c.mounts {
+                let mode = if m.read_only { "ro" } else { "rw" };
+                println!(
+                    "mount:      {} -> {} ({mode})",
+                    m.source.display(),
+                    m.target
+                );
+            }
+        }
+        None => println!(
+            "(the container is gone; `forage-ctl down {}` cleans up)",
+            r.name
+        ),
+    }
+    Ok(0)
+}

@@ -1,0 +1,13 @@
+//! forage: a sandbox orchestrator for AI coding agents. The `forage-ctl` binary is
+//! a thin layer over this library: `cli` parses, `sandbox` decides the order of
+//! things, `workspace` and `runtime` each do one job.
+
+pub mod cli;
+pub mod error;
+pub mod names;
+pub mod progress;
+pub mod runtime;
+pub mod sandbox;
+pub mod store;
+pub mod template;
+pub mod workspace;

@@ -1,0 +1,32 @@
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() {
+    let cli = forage::cli::Cli::parse();
+    let default_level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        _ => "trace",
+    };
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let code = match runtime.block_on(forage::cli::run(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("forage-ctl: error: {err}");
+            err.exit_code()
+        }
+    };
+    std::process::exit(code);
+}

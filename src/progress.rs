@@ -1,0 +1,16 @@
+//! How the library reports long steps without printing: the CLI passes a
+//! `Progress` and decides how (or whether) to draw it.
+
+pub trait Progress {
+    /// A new step has started ("building image …", "starting container …").
+    fn step(&self, message: &str);
+    /// The current step has finished; the renderer may clear its line.
+    fn finish(&self) {}
+}
+
+/// For scripts, tests and `--quiet`.
+pub struct Silent;
+
+impl Progress for Silent {
+    fn step(&self, _message: &str) {}
+}

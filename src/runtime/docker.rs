@@ -1,0 +1,390 @@
+//! The runtime over the Docker Engine API (bollard). Never the docker CLI.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use bollard::container::{
+    Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
+    ListContainersOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+    UploadToContainerOptions,
+};
+use bollard::models::{HostConfig, Mount as DockerMount, MountTypeEnum};
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+
+use super::{
+    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, Runtime,
+    AGENT_HOME, WORKSPACE_TARGET,
+};
+use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
+use crate::names::{LABEL_HOME, LABEL_SANDBOX};
+use crate::progress::Progress;
+use crate::template::Network;
+
+/// The lowest Engine API this crate is tested against (Docker 20.10).
+const MIN_API: (usize, usize) = (1, 41);
+
+pub struct Docker {
+    pub(crate) api: bollard::Docker,
+}
+
+impl Docker {
+    /// Connects to the engine named by DOCKER_HOST (default: the local socket) and
+    /// agrees on an API version with it, so newer and older engines both work.
+    pub async fn connect() -> Result<Self> {
+        let host =
+            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+        let unreachable = |detail: String| {
+            Error::Engine(format!(
+                "cannot reach the Docker engine at {host} ({detail}); start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
+            ))
+        };
+        let api =
+            bollard::Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        let api = api
+            .negotiate_version()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        let v = api.client_version();
+        let (major, minor) = (v.major_version, v.minor_version);
+        if (major, minor) < MIN_API {
+            return Err(Error::Engine(format!(
+                "the Docker engine at {host} speaks API {major}.{minor}; forage needs {}.{} or newer (Docker 20.10+)",
+                MIN_API.0, MIN_API.1
+            )));
+        }
+        Ok(Docker { api })
+    }
+
+    /// Reads one file out of a (possibly stopped) container; `None` if it is absent.
+    async fn read_file(&self, container: &str, path: &str) -> Result<Option<String>> {
+        let stream = self
+            .api
+            .download_from_container(container, Some(DownloadFromContainerOptions { path }));
+        let chunks: Vec<Bytes> = match stream.try_collect().await {
+            Ok(c) => c,
+            Err(e) if is_docker_not_found(&e) => return Ok(None),
+            Err(e) => return Err(Error::docker(format!("reading {path} in {container}"), e)),
+        };
+        let tar_bytes: Vec<u8> = chunks.concat();
+        let mut archive = tar::Archive::new(tar_bytes.as_slice());
+        let entries = archive.entries().map_err(Error::other)?;
+        for entry in entries {
+            let mut entry = entry.map_err(Error::other)?;
+            if entry.header().entry_type().is_file() {
+                let mut text = String::new();
+                entry.read_to_string(&mut text).map_err(Error::other)?;
+                return Ok(Some(text));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Gives the invoking user a passwd and group entry (tools such as git, ssh and
+    /// id need one) and a writable HOME, merged into whatever the image ships.
+    async fn install_identity(&self, container: &str, who: Identity) -> Result<()> {
+        let passwd = self
+            .read_file(container, "/etc/passwd")
+            .await?
+            .unwrap_or_default();
+        let group = self
+            .read_file(container, "/etc/group")
+            .await?
+            .unwrap_or_default();
+        let (passwd, group) = merge_identity(&passwd, &group, who);
+
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut add = |path: &str, body: &[u8], mode: u32, owner: (u32, u32), dir: bool| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(if dir {
+                tar::EntryType::Directory
+            } else {
+                tar::EntryType::Regular
+            });
+            h.set_size(body.len() as u64);
+            h.set_mode(mode);
+            h.set_uid(owner.0.into());
+            h.set_gid(owner.1.into());
+            h.set_mtime(0);
+            tar.append_data(&mut h, path, body)
+        };
+        let root = (0, 0);
+        add("etc/passwd", passwd.as_bytes(), 0o644, root, false)
+            .and_then(|()| add("etc/group", group.as_bytes(), 0o644, root, false))
+            .and_then(|()| add(&AGENT_HOME[1..], b"", 0o755, (who.uid, who.gid), true))
+            .map_err(Error::other)?;
+        let bytes = tar.into_inner().map_err(Error::other)?;
+        self.api
+            .upload_to_container(
+                container,
+                Some(UploadToContainerOptions {
+                    path: "/",
+                    ..Default::default()
+                }),
+                bytes.into(),
+            )
+            .await
+            .map_err(|e| Error::docker(format!("preparing the user in {container}"), e))
+    }
+}
+
+/// Adds `agent` entries for `who` unless the image already has that uid / gid.
+fn merge_identity(passwd: &str, group: &str, who: Identity) -> (String, String) {
+    let has_id = |db: &str, id: u32| {
+        db.lines()
+            .any(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(id))
+    };
+    let has_name = |db: &str, name: &str| db.lines().any(|l| l.split(':').next() == Some(name));
+    let pick_name = |db: &str| {
+        if has_name(db, "agent") {
+            "forage-agent"
+        } else {
+            "agent"
+        }
+    };
+    let with_newline = |s: &str| {
+        let mut s = s.to_owned();
+        if !s.is_empty() && !s.ends_with('\n') {
+            s.push('\n');
+        }
+        s
+    };
+    let mut passwd_out = with_newline(passwd);
+    if !has_id(passwd, who.uid) {
+        let name = pick_name(passwd);
+        passwd_out.push_str(&format!(
+            "{name}:x:{}:{}:forage agent:{AGENT_HOME}:/bin/sh\n",
+            who.uid, who.gid
+        ));
+    }
+    let mut group_out = with_newline(group);
+    if !has_id(group, who.gid) {
+        let name = pick_name(group);
+        group_out.push_str(&format!("{name}:x:{}:\n", who.gid));
+    }
+    (passwd_out, group_out)
+}
+
+fn docker_mount(m: &Mount) -> DockerMount {
+    DockerMount {
+        target: Some(m.target.clone()),
+        source: Some(m.source.display().to_string()),
+        typ: Some(MountTypeEnum::BIND),
+        read_only: Some(m.read_only),
+        ..Default::default()
+    }
+}
+
+impl Runtime for Docker {
+    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<String> {
+        match source {
+            ImageSource::Reference(reference) => match self.api.inspect_image(reference).await {
+                Ok(_) => Ok(reference.clone()),
+                Err(e) if is_docker_not_found(&e) => Err(Error::NotFound(format!(
+                    "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
+                ))),
+                Err(e) => Err(Error::docker(format!("inspecting image {reference}"), e)),
+            },
+            ImageSource::Host { template, spec } => {
+                super::image::ensure_host_image(&self.api, template, spec, progress).await
+            }
+        }
+    }
+
+    async fn create(&self, spec: &ContainerSpec) -> Result<()> {
+        let host_config = HostConfig {
+            mounts: Some(spec.mounts.iter().map(docker_mount).collect()),
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            privileged: Some(false),
+            memory: Some(spec.memory_bytes),
+            nano_cpus: Some(spec.nano_cpus),
+            pids_limit: Some(spec.pids),
+            network_mode: Some(match spec.network {
+                Network::Full => "bridge".into(),
+                Network::None => "none".into(),
+            }),
+            ..Default::default()
+        };
+        let config = Config {
+            image: Some(spec.image.clone()),
+            cmd: Some(spec.command.clone()),
+            env: Some(spec.env.clone()),
+            labels: Some(spec.labels.clone()),
+            user: Some(format!("{}:{}", spec.identity.uid, spec.identity.gid)),
+            working_dir: Some(WORKSPACE_TARGET.into()),
+            tty: Some(true),
+            open_stdin: Some(true),
+            stop_signal: Some(spec.stop_signal.clone()),
+            stop_timeout: Some(spec.stop_timeout.into()),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: spec.name.as_str(),
+            platform: None,
+        };
+        match self.api.create_container(Some(options), config).await {
+            Ok(_) => {}
+            Err(e) if is_docker_conflict(&e) => {
+                return Err(Error::Conflict(format!(
+                    "a container named {} already exists; remove it or pick another sandbox name",
+                    spec.name
+                )))
+            }
+            Err(e) => {
+                return Err(Error::docker(
+                    format!("creating container {}", spec.name),
+                    e,
+                ))
+            }
+        }
+        self.install_identity(&spec.name, spec.identity).await
+    }
+
+    async fn start(&self, name: &str) -> Result<()> {
+        self.api
+            .start_container(name, None::<StartContainerOptions<String>>)
+            .await
+            .map_err(|e| Error::docker(format!("starting container {name}"), e))
+    }
+
+    async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()> {
+        match self
+            .api
+            .stop_container(
+                name,
+                Some(StopContainerOptions {
+                    t: timeout_secs.into(),
+                }),
+            )
+            .await
+        {
+            Ok(()) => Ok(()),
+            // 304: already stopped; 404: already gone.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 304 | 404,
+                ..
+            }) => Ok(()),
+            Err(e) => Err(Error::docker(format!("stopping container {name}"), e)),
+        }
+    }
+
+    async fn remove(&self, name: &str) -> Result<()> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        match self.api.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_docker_not_found(&e) => Ok(()),
+            // 409: removal already in progress (a concurrent down); wait for it below.
+            Err(e) if is_docker_conflict(&e) => Ok(()),
+            Err(e) => Err(Error::docker(format!("removing container {name}"), e)),
+        }
+    }
+
+    async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>> {
+        let c = match self
+            .api
+            .inspect_container(name, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) if is_docker_not_found(&e) => return Ok(None),
+            Err(e) => return Err(Error::docker(format!("inspecting container {name}"), e)),
+        };
+        let state = c.state.unwrap_or_default();
+        let mounts = c
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| Mount {
+                source: m.source.unwrap_or_default().into(),
+                target: m.destination.unwrap_or_default(),
+                read_only: !m.rw.unwrap_or(true),
+            })
+            .collect();
+        Ok(Some(ContainerDetails {
+            id: c.id.unwrap_or_default(),
+            state: state
+                .status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            exit_code: state.exit_code,
+            started_at: state.started_at,
+            finished_at: state.finished_at,
+            image: c.config.and_then(|c| c.image).unwrap_or_default(),
+            mounts,
+        }))
+    }
+
+    async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![
+                LABEL_SANDBOX.to_string(),
+                format!("{LABEL_HOME}={home_label}"),
+            ],
+        )]);
+        let options = ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        };
+        let containers = self
+            .api
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| Error::docker("listing containers", e))?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|c| {
+                let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
+                let name = c.names?.first()?.trim_start_matches('/').to_owned();
+                Some(ContainerSummary {
+                    name,
+                    sandbox,
+                    state: c.state.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adds_missing_user_and_group() {
+        let (p, g) = merge_identity(
+            "root:x:0:0::/root:/bin/sh",
+            "root:x:0:",
+            Identity {
+                uid: 1000,
+                gid: 100,
+            },
+        );
+        assert_eq!(
+            p,
+            "root:x:0:0::/root:/bin/sh\nagent:x:1000:100:forage agent:/home/agent:/bin/sh\n"
+        );
+        assert_eq!(g, "root:x:0:\nagent:x:100:\n");
+    }
+
+    #[test]
+    fn keeps_existing_ids_and_avoids_taken_names() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nagent:x:5:5::/:/bin/sh\n";
+        let (p, g) = merge_identity(passwd, "root:x:0:\n", Identity { uid: 0, gid: 7 });
+        assert_eq!(p, passwd, "uid 0 already has an entry");
+        assert_eq!(g, "root:x:0:\nagent:x:7:\n");
+        let (p, _) = merge_identity(passwd, "", Identity { uid: 9, gid: 9 });
+        assert!(
+            p.ends_with("forage-agent:x:9:9:forage agent:/home/agent:/bin/sh\n"),
+            "{p}"
+        );
+    }
+}

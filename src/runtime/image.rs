@@ -1,0 +1,286 @@
+//! The offline default image: built through the Engine API from programs installed
+//! on the host plus their shared libraries, so forage works with no registry.
+//!
+//! The image is cached under a tag derived from a key over what goes into it: each
+//! tool's path, size and modification time, and the dynamic linker's cache (which
+//! ldconfig rewrites whenever libraries change). Computing the key costs a few dozen
+//! stat calls, so an `up` that finds the image pays almost nothing; reading and
+//! hashing every byte (tens of MiB) on each `up` would not be.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bollard::image::CreateImageOptions;
+use futures_util::TryStreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::error::{is_docker_not_found, Error, Result};
+use crate::progress::Progress;
+use crate::template::HostImage;
+
+/// Bump when the image layout below changes, so old caches are not reused.
+const RECIPE_VERSION: &str = "forage-host-image-v1";
+const LD_CACHE: &str = "/etc/ld.so.cache";
+/// The label recording the cache key on the image.
+pub const LABEL_IMAGE_KEY: &str = "forage.image.key";
+
+/// The tools that exist on this host, resolved on PATH: (name, host path).
+fn resolve_tools(spec: &HostImage) -> Result<Vec<(String, PathBuf)>> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    let mut found = Vec::new();
+    for tool in &spec.tools {
+        let hit = dirs.iter().map(|d| d.join(tool)).find(|p| is_executable(p));
+        match hit {
+            Some(p) => found.push((tool.clone(), p)),
+            None if spec.require.contains(tool) => {
+                return Err(Error::NotFound(format!(
+                    "the host has no {tool:?} on PATH, which the offline image needs; install it or use a template with `image`"
+                )))
+            }
+            None => {}
+        }
+    }
+    Ok(found)
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+}
+
+/// The cache key: changes whenever a tool or the host's libraries change.
+fn cache_key(tools: &[(String, PathBuf)]) -> String {
+    let mut h = Sha256::new();
+    h.update(RECIPE_VERSION);
+    let mut stamp = |p: &Path| {
+        h.update(p.as_os_str().as_encoded_bytes());
+        if let Ok(m) = std::fs::metadata(p) {
+            h.update(m.len().to_le_bytes());
+            h.update(m.mtime().to_le_bytes());
+            h.update(m.mtime_nsec().to_le_bytes());
+            h.update(m.ino().to_le_bytes());
+        }
+    };
+    for (name, path) in tools {
+        stamp(Path::new(name));
+        stamp(path);
+    }
+    stamp(Path::new(LD_CACHE));
+    h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Returns the image reference for `spec`, building it first if the engine lacks it.
+pub async fn ensure_host_image(
+    api: &bollard::Docker,
+    template: &str,
+    spec: &HostImage,
+    progress: &dyn Progress,
+) -> Result<String> {
+    let tools = resolve_tools(spec)?;
+    let key = cache_key(&tools);
+    let repo = format!("forage-host/{}", template.to_ascii_lowercase());
+    let reference = format!("{repo}:{key}");
+    match api.inspect_image(&reference).await {
+        Ok(_) => return Ok(reference),
+        Err(e) if is_docker_not_found(&e) => {}
+        Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
+    }
+
+    progress.step(&format!(
+        "building image {reference} from {} host tools",
+        tools.len()
+    ));
+    let rootfs = tokio::task::spawn_blocking(move || build_rootfs(&tools))
+        .await
+        .map_err(Error::other)??;
+    progress.step(&format!(
+        "importing image {reference} ({:.1} MiB) into the Docker engine",
+        rootfs.len() as f64 / (1 << 20) as f64
+    ));
+    let label = format!("LABEL {LABEL_IMAGE_KEY}={key}");
+    let options = CreateImageOptions {
+        from_src: "-",
+        repo: repo.as_str(),
+        tag: key.as_str(),
+        changes: vec![
+            "ENV PATH=/usr/local/bin:/usr/bin:/bin",
+            label.as_str(),
+            "CMD [\"sh\"]",
+        ],
+        ..Default::default()
+    };
+    api.create_image(Some(options), Some(rootfs.into()), None)
+        .try_for_each(|_| async { Ok(()) })
+        .await
+        .map_err(|e| Error::docker(format!("importing image {reference}"), e))?;
+    progress.finish();
+    Ok(reference)
+}
+
+/// The shared libraries `binary` loads, as the dynamic linker resolves them on this
+/// host. `ldd` is the linker's own answer (RPATHs, /nix/store, multiarch dirs).
+fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(binary).output().map_err(|e| {
+        Error::other(format!(
+            "running ldd to find the libraries of {}: {e}",
+            binary.display()
+        ))
+    })?;
+    // Static binaries and scripts: ldd exits non-zero, and they need no libraries.
+    if !out.status.success() {
+        return Ok(Vec::new());
+    }
+    let mut libs = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((lib, rest)) => {
+                let target = rest.trim().split(" (").next().unwrap_or("").trim();
+                if target == "not found" {
+                    return Err(Error::other(format!(
+                        "{} needs {}, which the host's dynamic linker cannot find",
+                        binary.display(),
+                        lib.trim()
+                    )));
+                }
+                target
+            }
+            None => line.split(" (").next().unwrap_or(""),
+        };
+        if path.starts_with('/') {
+            libs.push(PathBuf::from(path));
+        }
+    }
+    Ok(libs)
+}
+
+/// A root filesystem as a tar: tools in /usr/bin, libraries where the linker expects
+/// them, and the bare directories and files a container needs.
+fn build_rootfs(tools: &[(String, PathBuf)]) -> Result<Vec<u8>> {
+    // image path -> host file whose content goes there
+    let mut files: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
+    for (name, host_path) in tools {
+        files.insert(PathBuf::from("usr/bin").join(name), host_path.clone());
+        for lib in shared_libraries(host_path)? {
+            let in_image = lib.strip_prefix("/").unwrap_or(&lib).to_path_buf();
+            files.insert(in_image, lib);
+        }
+    }
+
+    let mut tar = tar::Builder::new(Vec::new());
+    let dir = |tar: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(mode);
+        h.set_size(0);
+        h.set_mtime(0);
+        tar.append_data(&mut h, path, std::io::empty())
+    };
+    let io = |e: std::io::Error| Error::other(format!("assembling the image: {e}"));
+    for (d, mode) in [
+        ("etc", 0o755),
+        ("home", 0o755),
+        ("root", 0o700),
+        ("tmp", 0o1777),
+        ("usr", 0o755),
+        ("usr/bin", 0o755),
+        ("workspace", 0o755),
+    ] {
+        dir(&mut tar, d, mode).map_err(io)?;
+    }
+    let mut link = tar::Header::new_gnu();
+    link.set_entry_type(tar::EntryType::Symlink);
+    link.set_size(0);
+    link.set_mode(0o777);
+    link.set_mtime(0);
+    tar.append_link(&mut link, "bin", "usr/bin").map_err(io)?;
+
+    let text_file = |tar: &mut tar::Builder<Vec<u8>>, path: &str, body: &str| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        tar.append_data(&mut h, path, body.as_bytes())
+    };
+    text_file(&mut tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n").map_err(io)?;
+    text_file(&mut tar, "etc/group", "root:x:0:\n").map_err(io)?;
+    text_file(
+        &mut tar,
+        "etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n",
+    )
+    .map_err(io)?;
+
+    let mut made_dirs = std::collections::BTreeSet::new();
+    for (in_image, host) in &files {
+        for ancestor in in_image
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            let s = ancestor.to_string_lossy().into_owned();
+            if !s.is_empty()
+                && made_dirs.insert(s.clone())
+                && !matches!(s.as_str(), "usr" | "usr/bin")
+            {
+                dir(&mut tar, &s, 0o755).map_err(io)?;
+            }
+        }
+        let mut f = std::fs::File::open(host).map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        let mut h = tar::Header::new_gnu();
+        h.set_size(meta.len());
+        h.set_mode(meta.mode() & 0o7755);
+        h.set_mtime(0);
+        tar.append_data(&mut h, in_image, &mut f).map_err(io)?;
+    }
+    tar.into_inner().map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_is_stable_and_tracks_the_tool_set() {
+        let spec = HostImage {
+            tools: vec!["sh".into(), "ls".into()],
+            require: vec!["sh".into()],
+        };
+        let tools = resolve_tools(&spec).unwrap();
+        assert_eq!(cache_key(&tools), cache_key(&tools));
+        assert_ne!(cache_key(&tools), cache_key(&tools[..1]));
+    }
+
+    #[test]
+    fn a_missing_required_tool_is_named() {
+        let spec = HostImage {
+            tools: vec!["no-such-tool-xyz".into()],
+            require: vec!["no-such-tool-xyz".into()],
+        };
+        let err = resolve_tools(&spec).unwrap_err().to_string();
+        assert!(err.contains("no-such-tool-xyz"), "{err}");
+    }
+
+    #[test]
+    fn finds_the_libraries_of_a_dynamic_binary() {
+        let sh = resolve_tools(&HostImage {
+            tools: vec!["ls".into()],
+            require: vec!["ls".into()],
+        })
+        .unwrap();
+        let libs = shared_libraries(&sh[0].1).unwrap();
+        assert!(
+            libs.iter().any(|l| l.to_string_lossy().contains("libc.so")),
+            "{libs:?}"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The container runtime: one trait, so the sandbox engine's ordering and rollback
+//! can be unit-tested with a fake, and one real implementation over the Docker
+//! Engine API (`docker.rs`), plus the offline image builder (`image.rs`).
+
+pub mod docker;
+pub mod image;
+pub mod session;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::progress::Progress;
+use crate::template::{HostImage, Network};
+
+/// Who the agent runs as inside the container: the invoking user's ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Identity {
+    pub fn current() -> Self {
+        Identity {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        }
+    }
+}
+
+/// The agent's home inside every sandbox, writable by the agent.
+pub const AGENT_HOME: &str = "/home/agent";
+/// Where the workspace appears inside every sandbox.
+pub const WORKSPACE_TARGET: &str = "/workspace";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Everything needed to create a sandbox container, already validated.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub labels: HashMap<String, String>,
+    pub command: Vec<String>,
+    pub env: Vec<String>,
+    pub identity: Identity,
+    pub mounts: Vec<Mount>,
+    pub memory_bytes: i64,
+    pub nano_cpus: i64,
+    pub pids: i64,
+    pub network: Network,
+    pub stop_signal: String,
+    pub stop_timeout: u32,
+}
+
+/// Where a sandbox's image comes from.
+#[derive(Debug, Clone)]
+pub enum ImageSource {
+    /// Must already be in the engine.
+    Reference(String),
+    /// Built offline from host tools, cached by a key over those tools.
+    Host { template: String, spec: HostImage },
+}
+
+/// One forage container as `list` sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerSummary {
+    pub name: String,
+    pub sandbox: String,
+    /// Docker's state: created, running, paused, restarting, exited, dead.
+    pub state: String,
+}
+
+/// What `status` shows of a container.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerDetails {
+    pub id: String,
+    pub state: String,
+    pub exit_code: Option<i64>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub image: String,
+    pub mounts: Vec<Mount>,
+}
+
+#[allow(async_fn_in_trait)]
+pub trait Runtime {
+    /// Makes the image available and returns the reference to create containers from.
+    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<String>;
+    /// Creates (but does not start) the container, with the user's passwd/group
+    /// entries and a writable HOME in place.
+    async fn create(&self, spec: &ContainerSpec) -> Result<()>;
+    async fn start(&self, name: &str) -> Result<()>;
+    /// Stops the container; succeeds if it is already stopped or gone.
+    async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()>;
+    /// Removes the container; succeeds if it is already gone.
+    async fn remove(&self, name: &str) -> Result<()>;
+    async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>>;
+    /// Every container labelled as belonging to `home`, in one Engine API call.
+    async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
+}

@@ -1,0 +1,424 @@
+//! The sandbox lifecycle: the only place that knows in which order things happen.
+//! `up` validates, then runs journaled steps and rolls them back on failure;
+//! `down` stops the container before it touches the workspace.
+
+pub mod journal;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::names::{
+    SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE,
+};
+use crate::progress::Progress;
+use crate::runtime::{ContainerDetails, ContainerSpec, Identity, ImageSource, Runtime, AGENT_HOME};
+use crate::store::{Home, Record, RecordState, RECORD_VERSION};
+use crate::template::{self, Network};
+use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
+use journal::Step;
+
+/// Set by the CLI's signal handlers; `up` checks it between steps and rolls back.
+/// Steps are never cut off half way, so an undo never races its own effect.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.0.load(Ordering::SeqCst) {
+            Err(Error::Other(
+                "interrupted; everything this command had created was removed".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A fully validated `up`.
+#[derive(Debug, Clone)]
+pub struct UpRequest {
+    pub name: SandboxName,
+    pub template: template::Resolved,
+    pub workspace: WorkspaceRequest,
+    pub image: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub network: Option<Network>,
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub read_only: bool,
+    pub start: bool,
+    pub agent_args: Vec<String>,
+}
+
+pub struct Engine<'a, R: Runtime> {
+    pub home: Home,
+    pub runtime: &'a R,
+    pub progress: &'a dyn Progress,
+    pub cancel: Cancel,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn host_cpus() -> f64 {
+    std::thread::available_parallelism()
+        .map(|n| n.get() as f64)
+        .unwrap_or(1.0)
+}
+
+impl<R: Runtime> Engine<'_, R> {
+    pub async fn up(&self, req: UpRequest) -> Result<Record> {
+        let t = &req.template.template;
+        let memory = req.memory.as_deref().unwrap_or(&t.resources.memory);
+        let memory_bytes = template::parse_memory(memory).map_err(Error::Usage)?;
+        let cpus = req.cpus.unwrap_or(t.resources.cpus);
+        if !(cpus > 0.0) {
+            return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
+        }
+        let source = match (&req.image, &t.image, &t.host_image) {
+            (Some(image), _, _) | (None, Some(image), _) => ImageSource::Reference(image.clone()),
+            (None, None, Some(spec)) => ImageSource::Host {
+                template: req.template.name.clone(),
+                spec: spec.clone(),
+            },
+            (None, None, None) => unreachable!("templates are validated to name an image"),
+        };
+        let workspace = match &req.workspace {
+            WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct {
+                path: path.path().to_path_buf(),
+            },
+        };
+
+        let lock = self.home.lock_sandbox(&req.name)?;
+        if self.home.load(&req.name)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {}`",
+                req.name.as_str(),
+                req.name
+            )));
+        }
+        let image = self.runtime.ensure_image(&source, self.progress).await?;
+        self.cancel.check()?;
+
+        let container = req.name.container();
+        let mut command = t.agent.command.clone();
+        command.extend(req.agent_args.iter().cloned());
+        let mut env: BTreeMap<String, String> = t.agent.env.clone();
+        env.extend(req.env.iter().cloned());
+        env.entry("HOME".into())
+            .or_insert_with(|| AGENT_HOME.into());
+        env.entry("TERM".into())
+            .or_insert_with(|| "xterm-256color".into());
+        env.insert("FORAGE_SANDBOX".into(), req.name.to_string());
+        let labels = HashMap::from([
+            (LABEL_SANDBOX.to_string(), req.name.to_string()),
+            (LABEL_HOME.to_string(), self.home.label()),
+            (LABEL_MODE.to_string(), workspace.mode().to_string()),
+            (LABEL_TEMPLATE.to_string(), req.template.name.clone()),
+            (
+                LABEL_WORKSPACE.to_string(),
+                workspace.host_path().display().to_string(),
+            ),
+        ]);
+        let spec = ContainerSpec {
+            name: container.clone(),
+            image: image.clone(),
+            labels,
+            command,
+            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            identity: Identity::current(),
+            mounts: workspace.mounts(req.read_only || t.workspace.read_only),
+            memory_bytes,
+            nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
+            pids: t.resources.pids,
+            network: req.network.unwrap_or(t.network),
+            stop_signal: t.stop_signal.clone(),
+            stop_timeout: t.stop_timeout,
+        };
+
+        let mut record = Record {
+            version: RECORD_VERSION,
+            name: req.name.clone(),
+            state: RecordState::Creating,
+            created_at: now(),
+            template: req.template.name.clone(),
+            image,
+            container,
+            workspace,
+            journal: Vec::new(),
+        };
+        self.home.create(&record)?;
+
+        match self.run_up_steps(&mut record, &spec, req.start).await {
+            Ok(()) => {
+                drop(lock);
+                Ok(record)
+            }
+            Err(err) => {
+                self.progress.step("rolling back");
+                if let Err(undo_err) = self.undo(&record).await {
+                    self.progress.finish();
+                    return Err(Error::Other(format!(
+                        "{err}; rolling back also failed ({undo_err}); `forage-ctl down {}` finishes the cleanup",
+                        record.name
+                    )));
+                }
+                self.progress.finish();
+                lock.release_and_remove();
+                Err(err)
+            }
+        }
+    }
+
+    /// Records each step, then performs it.
+    async fn run_up_steps(
+        &self,
+        record: &mut Record,
+        spec: &ContainerSpec,
+        start: bool,
+    ) -> Result<()> {
+        self.begin(
+            record,
+            Step::Container {
+                name: spec.name.clone(),
+            },
+        )?;
+        self.progress
+            .step(&format!("creating container {}", spec.name));
+        self.runtime.create(spec).await?;
+        self.cancel.check()?;
+        if start {
+            self.progress
+                .step(&format!("starting container {}", spec.name));
+            self.runtime.start(&spec.name).await?;
+            self.cancel.check()?;
+        }
+        record.state = RecordState::Ready;
+        self.home.save(record)?;
+        self.progress.finish();
+        Ok(())
+    }
+
+    fn begin(&self, record: &mut Record, step: Step) -> Result<()> {
+        record.journal.push(step);
+        self.home.save(record)
+    }
+
+    /// Undoes the journal in reverse, then forgets the sandbox.
+    async fn undo(&self, record: &Record) -> Result<()> {
+        for step in record.journal.iter().rev() {
+            step.undo(self.runtime).await?;
+        }
+        self.home.remove(&record.name)
+    }
+
+    /// Tears a sandbox down: the container first, then (once it is gone) the
+    /// workspace, then the record. Works on half-made and half-removed sandboxes.
+    pub async fn down(&self, name: &SandboxName) -> Result<DownReport> {
+        let lock = self.home.lock_sandbox(name)?;
+        let Some(mut record) = self.home.load(name)? else {
+            // No record: only a container this home labelled (e.g. a record deleted
+            // by hand) is ours to remove.
+            let orphan = self
+                .runtime
+                .list(&self.home.label())
+                .await?
+                .into_iter()
+                .find(|c| c.sandbox == name.as_str());
+            return match orphan {
+                Some(c) => {
+                    self.runtime.remove(&c.name).await?;
+                    lock.release_and_remove();
+                    Ok(DownReport {
+                        name: name.clone(),
+                        container: c.name,
+                        mode: None,
+                        workspace: None,
+                    })
+                }
+                None => Err(not_found(name)),
+            };
+        };
+        record.state = RecordState::Removing;
+        self.home.save(&record)?;
+
+        self.progress
+            .step(&format!("stopping container {}", record.container));
+        let timeout = template::resolve(&record.template)
+            .map(|t| t.template.stop_timeout)
+            .unwrap_or(10);
+        self.runtime.stop(&record.container, timeout).await?;
+        self.runtime.remove(&record.container).await?;
+        self.progress.step("removing the sandbox");
+        self.undo(&record).await?;
+        self.progress.finish();
+        lock.release_and_remove();
+        Ok(DownReport {
+            name: record.name.clone(),
+            container: record.container.clone(),
+            mode: Some(record.workspace.mode()),
+            workspace: Some(record.workspace.host_path().display().to_string()),
+        })
+    }
+
+    /// Every sandbox of this home, from the records plus one Engine API call.
+    pub async fn list(&self) -> Result<Vec<SandboxRow>> {
+        let records = self.home.load_all()?;
+        let containers = self.runtime.list(&self.home.label()).await?;
+        let mut by_sandbox: HashMap<String, String> = containers
+            .into_iter()
+            .map(|c| (c.sandbox, c.state))
+            .collect();
+        let mut rows = Vec::with_capacity(records.len());
+        for r in records {
+            let container_state = by_sandbox.remove(r.name.as_str());
+            let status = self.status_word(&r, container_state.as_deref())?;
+            rows.push(SandboxRow::new(&r, status));
+        }
+        for (sandbox, _state) in by_sandbox {
+            rows.push(SandboxRow {
+                name: sandbox,
+                mode: "-".into(),
+                template: "-".into(),
+                status: "orphan".into(),
+                branch: None,
+                workspace: "-".into(),
+                created_at: None,
+            });
+        }
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
+
+    /// One word for `list`: Docker's container state, or what forage knows better.
+    fn status_word(&self, r: &Record, container_state: Option<&str>) -> Result<String> {
+        Ok(match r.state {
+            RecordState::Ready => container_state.unwrap_or("missing").to_owned(),
+            RecordState::Creating | RecordState::Removing => {
+                if self.home.try_lock_sandbox(&r.name)?.is_some() {
+                    "broken".into()
+                } else if r.state == RecordState::Creating {
+                    "creating".into()
+                } else {
+                    "removing".into()
+                }
+            }
+        })
+    }
+
+    pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
+        let record = self.record(name)?;
+        let container = self.runtime.inspect(&record.container).await?;
+        let state = container.as_ref().map(|c| c.state.as_str());
+        let status = self.status_word(&record, state)?;
+        Ok(SandboxStatus {
+            row: SandboxRow::new(&record, status),
+            record,
+            container,
+        })
+    }
+
+    /// The record of an existing sandbox, or a not-found error naming it.
+    pub fn record(&self, name: &SandboxName) -> Result<Record> {
+        self.home.load(name)?.ok_or_else(|| not_found(name))
+    }
+
+    pub async fn start(&self, name: &SandboxName) -> Result<()> {
+        let _lock = self.home.lock_sandbox(name)?;
+        let record = self.ready_record(name).await?;
+        self.runtime.start(&record.container).await
+    }
+
+    pub async fn stop(&self, name: &SandboxName) -> Result<()> {
+        let _lock = self.home.lock_sandbox(name)?;
+        let record = self.ready_record(name).await?;
+        let timeout = template::resolve(&record.template)
+            .map(|t| t.template.stop_timeout)
+            .unwrap_or(10);
+        self.runtime.stop(&record.container, timeout).await
+    }
+
+    pub async fn restart(&self, name: &SandboxName) -> Result<()> {
+        self.stop(name).await?;
+        self.start(name).await
+    }
+
+    async fn ready_record(&self, name: &SandboxName) -> Result<Record> {
+        let record = self.record(name)?;
+        if record.state != RecordState::Ready {
+            return Err(Error::Conflict(format!(
+                "sandbox {name} is half made or half removed; finish with `forage-ctl down {name}`"
+            )));
+        }
+        if self.runtime.inspect(&record.container).await?.is_none() {
+            return Err(Error::NotFound(format!(
+                "the container of sandbox {name} ({}) is gone; recreate it with `forage-ctl down {name}` and `forage-ctl up {name} …`",
+                record.container
+            )));
+        }
+        Ok(record)
+    }
+}
+
+fn not_found(name: &SandboxName) -> Error {
+    Error::NotFound(format!(
+        "no sandbox named {:?}; `forage-ctl list` shows the existing ones",
+        name.as_str()
+    ))
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DownReport {
+    pub name: SandboxName,
+    pub container: String,
+    pub mode: Option<Mode>,
+    pub workspace: Option<String>,
+}
+
+/// One row of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxRow {
+    pub name: String,
+    pub mode: String,
+    pub template: String,
+    pub status: String,
+    pub branch: Option<String>,
+    pub workspace: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: Option<u64>,
+}
+
+impl SandboxRow {
+    fn new(r: &Record, status: String) -> Self {
+        SandboxRow {
+            name: r.name.to_string(),
+            mode: r.workspace.mode().to_string(),
+            template: r.template.clone(),
+            status,
+            branch: r.workspace.branch().map(str::to_owned),
+            workspace: r.workspace.host_path().display().to_string(),
+            created_at: Some(r.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxStatus {
+    #[serde(flatten)]
+    pub row: SandboxRow,
+    pub record: Record,
+    pub container: Option<ContainerDetails>,
+}

@@ -1,0 +1,343 @@
+//! FORAGE_HOME: the sandbox records (one JSON file each, written atomically, mode
+//! 0600) and the lock files that serialise mutations of one sandbox or one repository.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Context, Error, Result};
+use crate::names::SandboxName;
+use crate::sandbox::journal::Step;
+use crate::workspace::WorkspaceRecord;
+
+pub const RECORD_VERSION: u32 = 1;
+
+/// Where forage keeps its state. Resolved once per process.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// `$FORAGE_HOME`, else `$XDG_DATA_HOME/forage`, else `~/.local/share/forage`.
+    pub fn from_env() -> Result<Self> {
+        let root = if let Some(h) = std::env::var_os("FORAGE_HOME").filter(|h| !h.is_empty()) {
+            PathBuf::from(h)
+        } else if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
+            PathBuf::from(x).join("forage")
+        } else if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            PathBuf::from(home).join(".local/share/forage")
+        } else {
+            return Err(Error::Usage(
+                "cannot find a place for forage's state: set FORAGE_HOME (or HOME)".into(),
+            ));
+        };
+        Home::at(root)
+    }
+
+    /// Uses `root` as FORAGE_HOME, made absolute so that labels and records name it
+    /// the same way whatever directory a later command runs from.
+    pub fn at(root: PathBuf) -> Result<Self> {
+        let root = if root.is_absolute() {
+            root
+        } else {
+            std::env::current_dir()
+                .context(|| "reading the current directory".into())?
+                .join(root)
+        };
+        Ok(Home { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The label value that marks containers as belonging to this home.
+    pub fn label(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    pub fn sandboxes_dir(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.root.join("workspaces")
+    }
+
+    fn locks_dir(&self) -> PathBuf {
+        self.root.join("locks")
+    }
+
+    pub fn record_path(&self, name: &SandboxName) -> PathBuf {
+        self.sandboxes_dir().join(format!("{name}.json"))
+    }
+
+    fn ensure_dir(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))
+    }
+
+    /// Reads one record; `None` when the sandbox has no record.
+    pub fn load(&self, name: &SandboxName) -> Result<Option<Record>> {
+        let path = self.record_path(name);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).context(|| {
+                format!(
+                    "reading the record {} (corrupt? `forage-ctl gc` can clean it up)",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::other(format!("reading {}: {e}", path.display()))),
+        }
+    }
+
+    /// Every record, sorted by name. Unreadable records are reported, not hidden.
+    pub fn load_all(&self) -> Result<Vec<Record>> {
+        let dir = self.sandboxes_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::other(format!("reading {}: {e}", dir.display()))),
+        };
+        let mut records = Vec::new();
+        for entry in entries {
+            let entry = entry.context(|| format!("reading {}", dir.display()))?;
+            let file_name = entry.file_name();
+            let Some(stem) = file_name.to_str().and_then(|f| f.strip_suffix(".json")) else {
+                continue;
+            };
+            let Ok(name) = SandboxName::parse(stem) else {
+                continue;
+            };
+            if let Some(r) = self.load(&name)? {
+                records.push(r);
+            }
+        }
+        records.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(records)
+    }
+
+    /// Creates the record, failing with `Conflict` if one exists: the one place where
+    /// two concurrent `up`s of the same name are told apart, atomically (link(2)).
+    pub fn create(&self, record: &Record) -> Result<()> {
+        self.ensure_dir(&self.sandboxes_dir())?;
+        let path = self.record_path(&record.name);
+        let tmp = write_temp(
+            &path,
+            &serde_json::to_vec_pretty(record).map_err(Error::other)?,
+        )?;
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => sync_dir(&self.sandboxes_dir()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Conflict(format!(
+                "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {}`",
+                record.name.as_str(),
+                record.name
+            ))),
+            Err(e) => Err(Error::other(format!("writing {}: {e}", path.display()))),
+        }
+    }
+
+    /// Replaces the record atomically: temp file, fsync, rename, fsync of the directory.
+    pub fn save(&self, record: &Record) -> Result<()> {
+        self.ensure_dir(&self.sandboxes_dir())?;
+        let path = self.record_path(&record.name);
+        let tmp = write_temp(
+            &path,
+            &serde_json::to_vec_pretty(record).map_err(Error::other)?,
+        )?;
+        fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
+        sync_dir(&self.sandboxes_dir())
+    }
+
+    pub fn remove(&self, name: &SandboxName) -> Result<()> {
+        let path = self.record_path(name);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.sandboxes_dir()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::other(format!("removing {}: {e}", path.display()))),
+        }
+    }
+
+    /// Blocks until this process alone may change the sandbox.
+    pub fn lock_sandbox(&self, name: &SandboxName) -> Result<Lock> {
+        self.lock(&format!("sandbox-{name}"), true)
+            .map(|l| l.expect("blocking lock always returns"))
+    }
+
+    /// `None` when another process holds the sandbox's lock (an `up` or `down` in flight).
+    pub fn try_lock_sandbox(&self, name: &SandboxName) -> Result<Option<Lock>> {
+        self.lock(&format!("sandbox-{name}"), false)
+    }
+
+    /// Serialises changes to one repository's metadata (worktrees, branches, jj ops).
+    pub fn lock_repo(&self, repo: &Path) -> Result<Lock> {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
+        let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        self.lock(&format!("repo-{key}"), true)
+            .map(|l| l.expect("blocking lock always returns"))
+    }
+
+    fn lock(&self, key: &str, block: bool) -> Result<Option<Lock>> {
+        let dir = self.locks_dir();
+        self.ensure_dir(&dir)?;
+        let path = dir.join(format!("{key}.lock"));
+        // The lock file may be unlinked by the holder (see `Lock::release_and_remove`);
+        // after locking, make sure the file we hold is still the one at `path`.
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+                .context(|| format!("opening the lock {}", path.display()))?;
+            let arg = if block {
+                FlockArg::LockExclusive
+            } else {
+                FlockArg::LockExclusiveNonblock
+            };
+            let flock = match Flock::lock(file, arg) {
+                Ok(f) => f,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) if !block => return Ok(None),
+                Err((_, e)) => {
+                    return Err(Error::other(format!("locking {}: {e}", path.display())))
+                }
+            };
+            let held = flock
+                .metadata()
+                .context(|| format!("reading {}", path.display()))?;
+            match fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(Some(Lock { _file: flock, path }))
+                }
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// An exclusive advisory lock, released on drop.
+pub struct Lock {
+    _file: Flock<File>,
+    path: PathBuf,
+}
+
+impl Lock {
+    /// Removes the lock file while still holding it, once the sandbox is gone, so
+    /// FORAGE_HOME keeps nothing for sandboxes that no longer exist.
+    pub fn release_and_remove(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+fn write_temp(final_path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let file_name = final_path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .unwrap_or("record");
+    let tmp = final_path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .context(|| format!("writing {}", tmp.display()))?;
+    Ok(tmp)
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .context(|| format!("syncing {}", dir.display()))
+}
+
+/// Where a sandbox is in its life. `Creating` with no `up` holding its lock means
+/// that `up` died half way: `list` shows it as broken and `down` finishes the undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordState {
+    Creating,
+    Ready,
+    Removing,
+}
+
+/// Everything forage knows about one sandbox. Secrets are never stored here.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub name: SandboxName,
+    pub state: RecordState,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    pub template: String,
+    pub image: String,
+    pub container: String,
+    pub workspace: WorkspaceRecord,
+    /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
+    pub journal: Vec<Step>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(home: &Home, name: &str) -> Record {
+        let name = SandboxName::parse(name).unwrap();
+        Record {
+            version: RECORD_VERSION,
+            container: name.container(),
+            name,
+            state: RecordState::Creating,
+            created_at: 1,
+            template: "shell".into(),
+            image: "img".into(),
+            workspace: WorkspaceRecord::Direct {
+                path: home.root().to_path_buf(),
+            },
+            journal: vec![],
+        }
+    }
+
+    #[test]
+    fn create_is_exclusive_and_save_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path().to_path_buf()).unwrap();
+        let mut r = record(&home, "a");
+        home.create(&r).unwrap();
+        assert!(matches!(home.create(&r), Err(Error::Conflict(_))));
+        r.state = RecordState::Ready;
+        home.save(&r).unwrap();
+        let back = home.load(&r.name).unwrap().unwrap();
+        assert_eq!(back.state, RecordState::Ready);
+        let mode = fs::metadata(home.record_path(&r.name)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let leftovers: Vec<_> = fs::read_dir(home.sandboxes_dir()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "temp files must not be left behind");
+        home.remove(&r.name).unwrap();
+        assert!(home.load(&r.name).unwrap().is_none());
+    }
+
+    #[test]
+    fn try_lock_sees_a_held_lock_and_removal_is_safe() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path().to_path_buf()).unwrap();
+        let name = SandboxName::parse("a").unwrap();
+        let held = home.lock_sandbox(&name).unwrap();
+        assert!(home.try_lock_sandbox(&name).unwrap().is_none());
+        held.release_and_remove();
+        let again = home.try_lock_sandbox(&name).unwrap();
+        assert!(again.is_some());
+    }
+}

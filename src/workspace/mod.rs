@@ -1,0 +1,75 @@
+//! Workspaces: what the agent sees at /workspace. One module per mode; each knows
+//! how to validate its input, what to mount, and how to tear itself down.
+
+pub mod direct;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::{Mount, WORKSPACE_TARGET};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Direct,
+    GitWorktree,
+    Jj,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Direct => "direct",
+            Mode::GitWorktree => "git-worktree",
+            Mode::Jj => "jj",
+        })
+    }
+}
+
+/// What a record remembers of a sandbox's workspace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "kebab-case")]
+pub enum WorkspaceRecord {
+    /// A host directory mounted as is; forage never modifies or deletes it.
+    Direct { path: PathBuf },
+}
+
+impl WorkspaceRecord {
+    pub fn mode(&self) -> Mode {
+        match self {
+            WorkspaceRecord::Direct { .. } => Mode::Direct,
+        }
+    }
+
+    /// The host directory the agent works in.
+    pub fn host_path(&self) -> &Path {
+        match self {
+            WorkspaceRecord::Direct { path } => path,
+        }
+    }
+
+    pub fn branch(&self) -> Option<&str> {
+        match self {
+            WorkspaceRecord::Direct { .. } => None,
+        }
+    }
+
+    /// The bind mounts that make the workspace appear at /workspace.
+    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
+        match self {
+            WorkspaceRecord::Direct { path } => vec![Mount {
+                source: path.clone(),
+                target: WORKSPACE_TARGET.into(),
+                read_only,
+            }],
+        }
+    }
+}
+
+/// A workspace the user asked for, validated but not yet created.
+#[derive(Debug, Clone)]
+pub enum WorkspaceRequest {
+    Direct(direct::DirectPath),
+}
