@@ -167,13 +167,21 @@ impl Home {
 
     /// Blocks until this process alone may change the sandbox.
     pub fn lock_sandbox(&self, name: &SandboxName) -> Result<Lock> {
-        self.lock(&format!("sandbox-{name}"), true)
-            .map(|l| l.expect("blocking lock always returns"))
+        self.lock(
+            &format!("sandbox-{name}"),
+            true,
+            Some(self.record_path(name)),
+        )
+        .map(|l| l.expect("blocking lock always returns"))
     }
 
     /// `None` when another process holds the sandbox's lock (an `up` or `down` in flight).
     pub fn try_lock_sandbox(&self, name: &SandboxName) -> Result<Option<Lock>> {
-        self.lock(&format!("sandbox-{name}"), false)
+        self.lock(
+            &format!("sandbox-{name}"),
+            false,
+            Some(self.record_path(name)),
+        )
     }
 
     /// Serialises changes to one repository's metadata (worktrees, branches, jj ops).
@@ -181,15 +189,15 @@ impl Home {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
         let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        self.lock(&format!("repo-{key}"), true)
+        self.lock(&format!("repo-{key}"), true, None)
             .map(|l| l.expect("blocking lock always returns"))
     }
 
-    fn lock(&self, key: &str, block: bool) -> Result<Option<Lock>> {
+    fn lock(&self, key: &str, block: bool, record: Option<PathBuf>) -> Result<Option<Lock>> {
         let dir = self.locks_dir();
         self.ensure_dir(&dir)?;
         let path = dir.join(format!("{key}.lock"));
-        // The lock file may be unlinked by the holder (see `Lock::release_and_remove`);
+        // The lock file may be unlinked by its holder (see `Drop for Lock`);
         // after locking, make sure the file we hold is still the one at `path`.
         loop {
             let file = OpenOptions::new()
@@ -216,7 +224,11 @@ impl Home {
                 .context(|| format!("reading {}", path.display()))?;
             match fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(Some(Lock { _file: flock, path }))
+                    return Ok(Some(Lock {
+                        _file: flock,
+                        path,
+                        record,
+                    }))
                 }
                 _ => continue,
             }
@@ -228,13 +240,18 @@ impl Home {
 pub struct Lock {
     _file: Flock<File>,
     path: PathBuf,
+    /// For a sandbox lock: the sandbox's record.
+    record: Option<PathBuf>,
 }
 
-impl Lock {
-    /// Removes the lock file while still holding it, once the sandbox is gone, so
-    /// FORAGE_HOME keeps nothing for sandboxes that no longer exist.
-    pub fn release_and_remove(self) {
-        let _ = fs::remove_file(&self.path);
+impl Drop for Lock {
+    /// A sandbox with no record (removed, rolled back, never made) keeps no lock
+    /// file either. Unlinking while still holding the lock is safe: the next locker
+    /// notices the file it locked is no longer at the path and retries.
+    fn drop(&mut self) {
+        if self.record.as_ref().is_some_and(|r| !r.exists()) {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -336,7 +353,12 @@ mod tests {
         let name = SandboxName::parse("a").unwrap();
         let held = home.lock_sandbox(&name).unwrap();
         assert!(home.try_lock_sandbox(&name).unwrap().is_none());
-        held.release_and_remove();
+        drop(held);
+        assert_eq!(
+            fs::read_dir(dir.path().join("locks")).unwrap().count(),
+            0,
+            "no record, no lock file"
+        );
         let again = home.try_lock_sandbox(&name).unwrap();
         assert!(again.is_some());
     }

@@ -279,7 +279,7 @@ fn validate(t: &Template) -> Result<(), String> {
         return Err("`agent.command` is empty: name the program the sandbox runs".into());
     }
     parse_memory(&t.resources.memory)?;
-    if !(t.resources.cpus > 0.0) {
+    if t.resources.cpus.is_nan() || t.resources.cpus <= 0.0 {
         return Err(format!(
             "resources.cpus must be above 0, not {}",
             t.resources.cpus

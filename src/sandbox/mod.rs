@@ -85,7 +85,7 @@ impl<R: Runtime> Engine<'_, R> {
         let memory = req.memory.as_deref().unwrap_or(&t.resources.memory);
         let memory_bytes = template::parse_memory(memory).map_err(Error::Usage)?;
         let cpus = req.cpus.unwrap_or(t.resources.cpus);
-        if !(cpus > 0.0) {
+        if cpus.is_nan() || cpus <= 0.0 {
             return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
         }
         let source = match (&req.image, &t.image, &t.host_image) {
@@ -177,7 +177,7 @@ impl<R: Runtime> Engine<'_, R> {
                     )));
                 }
                 self.progress.finish();
-                lock.release_and_remove();
+                drop(lock);
                 Err(err)
             }
         }
@@ -241,7 +241,7 @@ impl<R: Runtime> Engine<'_, R> {
             return match orphan {
                 Some(c) => {
                     self.runtime.remove(&c.name).await?;
-                    lock.release_and_remove();
+                    drop(lock);
                     Ok(DownReport {
                         name: name.clone(),
                         container: c.name,
@@ -265,7 +265,7 @@ impl<R: Runtime> Engine<'_, R> {
         self.progress.step("removing the sandbox");
         self.undo(&record).await?;
         self.progress.finish();
-        lock.release_and_remove();
+        drop(lock);
         Ok(DownReport {
             name: record.name.clone(),
             container: record.container.clone(),

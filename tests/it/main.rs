@@ -1,1 +1,10 @@
+//! The one integration-test binary: every test drives the real `forage-ctl` binary
+//! against the real Docker engine (and real git / jj where a mode needs them).
+//! Each test gets its own FORAGE_HOME, so tests run in parallel without sharing state.
 
+mod support;
+
+mod cli;
+mod direct;
+mod errors;
+mod image;

@@ -1,0 +1,248 @@
+//! Test harness: a sandboxed FORAGE_HOME per test, the binary under test, and
+//! direct Engine API checks (what `docker inspect` would show).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use bollard::container::ListContainersOptions;
+use bollard::models::ContainerInspectResponse;
+use nix::fcntl::{Flock, FlockArg};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_forage-ctl");
+
+/// Tests that use the default image hold this shared; the test that deletes and
+/// rebuilds it holds it exclusively, so it never pulls the image from under another.
+pub fn image_lock(exclusive: bool) -> Flock<File> {
+    let path = std::env::temp_dir().join("forage-it-default-image.lock");
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let arg = if exclusive {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockShared
+    };
+    Flock::lock(file, arg).map_err(|(_, e)| e).unwrap()
+}
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+pub fn docker() -> bollard::Docker {
+    block_on(async {
+        bollard::Docker::connect_with_defaults()
+            .unwrap()
+            .negotiate_version()
+            .await
+            .expect("a running Docker engine")
+    })
+}
+
+/// One test's world: its own FORAGE_HOME and config dirs, a scratch dir, and a
+/// guard that removes whatever containers it left, even when the test fails.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub home: PathBuf,
+    _image: Flock<File>,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Self::with_image_lock(false)
+    }
+
+    pub fn with_image_lock(exclusive: bool) -> Self {
+        let image = image_lock(exclusive);
+        let dir = tempfile::Builder::new()
+            .prefix("forage-it-")
+            .tempdir()
+            .unwrap();
+        let home = dir.path().join("forage-home");
+        std::fs::create_dir_all(dir.path().join("config")).unwrap();
+        Env {
+            dir,
+            home,
+            _image: image,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A fresh directory under the test's scratch dir.
+    pub fn mkdir(&self, rel: &str) -> PathBuf {
+        let p = self.path(rel);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("FORAGE_HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .env_remove("FORAGE_TEMPLATES_PATH")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// Runs and asserts success, returning stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "forage-ctl {args:?} failed: {}",
+            describe(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and asserts the exit code, returning stderr.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "forage-ctl {args:?}: {}",
+            describe(&out)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// Containers labelled as belonging to this FORAGE_HOME.
+    pub fn containers(&self) -> Vec<String> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![format!("forage.home={}", self.home.display())],
+        )]);
+        let list = block_on(docker().list_containers(Some(ListContainersOptions {
+            all: true,
+            filters,
+            ..Default::default()
+        })))
+        .unwrap();
+        list.into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .collect()
+    }
+
+    /// Files under FORAGE_HOME other than forage's own empty directories.
+    pub fn home_files(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        walk(&self.home, &mut out);
+        out
+    }
+
+    /// Asserts that this test left no container and no sandbox state behind.
+    pub fn assert_nothing_left(&self) {
+        assert_eq!(
+            self.containers(),
+            Vec::<String>::new(),
+            "containers left behind"
+        );
+        assert_eq!(
+            self.home_files(),
+            Vec::<PathBuf>::new(),
+            "files left in FORAGE_HOME"
+        );
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let api = docker();
+        for name in self.containers() {
+            let opts = bollard::container::RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));
+        }
+    }
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+pub fn inspect(container: &str) -> Option<ContainerInspectResponse> {
+    block_on(docker().inspect_container(container, None)).ok()
+}
+
+/// A snapshot of a directory tree: relative path -> (mode, uid, content).
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    let mut snap: Vec<_> = files
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let content = std::fs::read(&p).unwrap_or_default();
+            (
+                p.strip_prefix(dir).unwrap().to_path_buf(),
+                m.mode(),
+                m.uid(),
+                content,
+            )
+        })
+        .collect();
+    snap.sort();
+    snap
+}
+
+/// Polls `check` for up to `secs` seconds.
+pub fn eventually(secs: u64, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    check()
+}
