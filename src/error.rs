@@ -44,6 +44,20 @@ impl Error {
         }
     }
 
+    /// The same error (and exit code) with more said after it.
+    pub fn with_note(self, note: impl fmt::Display) -> Self {
+        let add = |m: String| format!("{m}; {note}");
+        match self {
+            Error::Usage(m) => Error::Usage(add(m)),
+            Error::NotFound(m) => Error::NotFound(add(m)),
+            Error::Conflict(m) => Error::Conflict(add(m)),
+            Error::Engine(m) => Error::Engine(add(m)),
+            Error::Workspace(m) => Error::Workspace(add(m)),
+            Error::WouldLoseData(m) => Error::WouldLoseData(add(m)),
+            Error::Other(m) => Error::Other(add(m)),
+        }
+    }
+
     pub fn other(msg: impl fmt::Display) -> Self {
         Error::Other(msg.to_string())
     }

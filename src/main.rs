@@ -2,6 +2,12 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    // Die quietly when a reader such as `head` closes the pipe, as CLIs do,
+    // instead of panicking on the failed write.
+    // SAFETY: restoring the default disposition of one signal before any threads exist.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = forage::cli::Cli::parse();
     let default_level = match (cli.quiet, cli.verbose) {
         (true, _) => "error",

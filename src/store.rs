@@ -73,6 +73,37 @@ impl Home {
         self.root.join("locks")
     }
 
+    fn archives_path(&self, name: &SandboxName) -> PathBuf {
+        self.root.join("archives").join(format!("{name}.json"))
+    }
+
+    /// The archives `down` made of a sandbox's work, oldest first.
+    pub fn archives(&self, name: &SandboxName) -> Result<Vec<ArchiveEntry>> {
+        let path = self.archives_path(name);
+        match fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes).context(|| format!("reading {}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::other(format!("reading {}: {e}", path.display()))),
+        }
+    }
+
+    /// Remembers an archive so `restore` can find it (the caller holds the sandbox lock).
+    pub fn add_archive(&self, entry: &ArchiveEntry) -> Result<()> {
+        let mut all = self.archives(&entry.name)?;
+        all.push(entry.clone());
+        let path = self.archives_path(&entry.name);
+        let dir = path.parent().expect("archives dir").to_path_buf();
+        self.ensure_dir(&dir)?;
+        let tmp = write_temp(
+            &path,
+            &serde_json::to_vec_pretty(&all).map_err(Error::other)?,
+        )?;
+        fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
+        sync_dir(&dir)
+    }
+
     pub fn record_path(&self, name: &SandboxName) -> PathBuf {
         self.sandboxes_dir().join(format!("{name}.json"))
     }
@@ -87,7 +118,7 @@ impl Home {
         match fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).context(|| {
                 format!(
-                    "reading the record {} (corrupt? `forage-ctl gc` can clean it up)",
+                    "reading the record {} (corrupt? move it aside and remove the sandbox's container by hand)",
                     path.display()
                 )
             }),
@@ -302,8 +333,26 @@ pub struct Record {
     pub image: String,
     pub container: String,
     pub workspace: WorkspaceRecord,
+    /// Seconds between the stop signal and SIGKILL, fixed when the sandbox was made.
+    pub stop_timeout: u32,
     /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
     pub journal: Vec<Step>,
+}
+
+/// Where `down` put a sandbox's work, so `restore` can bring it back.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ArchiveEntry {
+    pub name: SandboxName,
+    /// `refs/forage/archive/<name>/<timestamp>` in `repo`.
+    pub refname: String,
+    pub commit: String,
+    pub repo: PathBuf,
+    pub common_dir: PathBuf,
+    /// The branch the work was on.
+    pub branch: String,
+    pub template: String,
+    /// Seconds since the Unix epoch.
+    pub archived_at: u64,
 }
 
 #[cfg(test)]
@@ -323,6 +372,7 @@ mod tests {
             workspace: WorkspaceRecord::Direct {
                 path: home.root().to_path_buf(),
             },
+            stop_timeout: 10,
             journal: vec![],
         }
     }

@@ -291,6 +291,13 @@ fn validate(t: &Template) -> Result<(), String> {
             t.resources.pids
         ));
     }
+    // The Engine API request that stops a container times out after 120 s.
+    if t.stop_timeout > 100 {
+        return Err(format!(
+            "stop_timeout is at most 100 seconds, not {}",
+            t.stop_timeout
+        ));
+    }
     if !t.stop_signal.starts_with("SIG") {
         return Err(format!(
             "stop_signal {:?} must be a signal name such as SIGTERM",

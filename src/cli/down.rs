@@ -4,6 +4,7 @@ use super::render::print_json;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
+use crate::sandbox::{DownOptions, DownReport};
 
 #[derive(Debug, Args)]
 pub struct DownArgs {
@@ -13,6 +14,12 @@ pub struct DownArgs {
     /// Tear down every sandbox of this FORAGE_HOME.
     #[arg(long)]
     pub all: bool,
+    /// git: keep the sandbox's branch (the worktree is still removed).
+    #[arg(long)]
+    pub keep_branch: bool,
+    /// Throw uncommitted and unmerged work away instead of archiving it.
+    #[arg(long)]
+    pub discard: bool,
     /// Show what would be removed, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -41,16 +48,20 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
         for name in &names {
             let r = engine.record(name)?;
             plan.push(serde_json::json!({
-                "name": r.name, "container": r.container,
-                "mode": r.workspace.mode(), "workspace": r.workspace.host_path(),
+                "name": r.name, "container": r.container, "mode": r.workspace.mode(),
+                "workspace": r.workspace.host_path(), "branch": r.workspace.branch(),
             }));
         }
         if args.json {
             print_json(&plan)?;
         } else {
             for p in &plan {
+                let branch = p["branch"]
+                    .as_str()
+                    .map(|b| format!(", branch {b}"))
+                    .unwrap_or_default();
                 println!(
-                    "would remove sandbox {} (container {})",
+                    "would remove sandbox {} (container {}{branch})",
                     p["name"].as_str().unwrap_or(""),
                     p["container"].as_str().unwrap_or("")
                 );
@@ -59,22 +70,18 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
         return Ok(0);
     }
 
+    let opts = DownOptions {
+        keep_branch: args.keep_branch,
+        discard: args.discard,
+    };
     let mut reports = Vec::new();
     let mut first_error: Option<Error> = None;
     for name in &names {
-        match engine.down(name).await {
+        match engine.down(name, opts).await {
             Ok(report) => {
+                progress.finish();
                 if !ctx.quiet && !args.json {
-                    progress.finish();
-                    match &report.workspace {
-                        Some(ws) => println!(
-                            "removed sandbox {name} (container {}); {ws} left as it was",
-                            report.container
-                        ),
-                        None => {
-                            println!("removed container {} of sandbox {name}", report.container)
-                        }
-                    }
+                    print_report(&report);
                 }
                 reports.push(report);
             }
@@ -92,5 +99,47 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
         // The message was already printed; keep the error's exit code.
         Some(e) => Ok(e.exit_code()),
         None => Ok(0),
+    }
+}
+
+fn print_report(r: &DownReport) {
+    let name = &r.name;
+    match (&r.workspace, &r.branch) {
+        (None, _) => println!("removed container {} of sandbox {name}", r.container),
+        (Some(ws), None) => println!(
+            "removed sandbox {name} (container {}); {ws} left as it was",
+            r.container
+        ),
+        (Some(ws), Some(branch)) => {
+            let fate = if r.kept_branch { "kept" } else { "deleted" };
+            println!(
+                "removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}",
+                r.container
+            );
+        }
+    }
+    if let Some(a) = &r.archived {
+        let mut what = Vec::new();
+        if a.commits > 0 {
+            what.push(format!(
+                "{} commit{} found on no other branch",
+                a.commits,
+                if a.commits == 1 { "" } else { "s" }
+            ));
+        }
+        if !a.dirty_files.is_empty() {
+            let n = a.dirty_files.len();
+            what.push(format!(
+                "{n} uncommitted file{}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        println!(
+            "archived {} as {} ({})",
+            what.join(" and "),
+            a.refname,
+            &a.commit[..a.commit.len().min(12)]
+        );
+        println!("  restore with: forage-ctl restore {name}");
     }
 }

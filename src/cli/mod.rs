@@ -9,6 +9,7 @@ mod lifecycle;
 mod list;
 mod logs;
 mod render;
+mod restore;
 mod status;
 mod templates;
 mod up;
@@ -45,7 +46,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a sandbox: workspace plus container, and start the agent.
-    Up(up::UpArgs),
+    Up(Box<up::UpArgs>),
     /// One row per sandbox.
     #[command(visible_alias = "ls")]
     List(list::ListArgs),
@@ -68,6 +69,8 @@ pub enum Command {
     /// Tear sandboxes down: container first, then workspace and record.
     #[command(visible_alias = "rm")]
     Down(down::DownArgs),
+    /// Bring a torn-down sandbox's archived work back as a branch (and with --up, a sandbox).
+    Restore(restore::RestoreArgs),
     /// List templates, or print one.
     Templates(templates::TemplatesArgs),
     /// Print shell completions.
@@ -119,7 +122,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         home: Home::from_env()?,
     };
     match cli.command {
-        Command::Up(args) => up::run(&ctx, args).await,
+        Command::Up(args) => up::run(&ctx, *args).await,
         Command::List(args) => list::run(&ctx, args).await,
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Exec(args) => exec::run(&ctx, args).await,
@@ -130,6 +133,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Stop(args) => lifecycle::stop(&ctx, args).await,
         Command::Restart(args) => lifecycle::restart(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
+        Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Templates(args) => templates::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man => completions::man(),

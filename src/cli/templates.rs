@@ -9,7 +9,7 @@ pub struct TemplatesArgs {
     #[command(subcommand)]
     pub action: Option<TemplatesAction>,
     /// Machine-readable output.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
 }
 

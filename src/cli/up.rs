@@ -3,13 +3,15 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Ctx;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::sandbox::{Cancel, Engine, UpRequest};
 use crate::template::{self, Network, DEFAULT_TEMPLATE};
-use crate::workspace::{direct::DirectPath, WorkspaceRequest};
+use crate::workspace::git::GitRequest;
+use crate::workspace::{detect_mode, direct::DirectPath, Mode, WorkspaceRequest};
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("ws").required(true).args(["workspace", "git_worktree", "repo"])))]
 pub struct UpArgs {
     /// The sandbox's name: lowercase letters, digits, '_', '.', '-'.
     pub name: SandboxName,
@@ -17,8 +19,20 @@ pub struct UpArgs {
     #[arg(short, long, default_value = DEFAULT_TEMPLATE)]
     pub template: String,
     /// Mount this directory as /workspace, read-write, as it is (no isolation).
-    #[arg(long, value_name = "PATH", required = true)]
-    pub workspace: PathBuf,
+    #[arg(long, value_name = "PATH")]
+    pub workspace: Option<PathBuf>,
+    /// A new worktree of this git repository, on branch forage-NAME.
+    #[arg(long, value_name = "REPO")]
+    pub git_worktree: Option<PathBuf>,
+    /// A repository; the mode is detected (jj if it holds .jj/, else git).
+    #[arg(long, value_name = "REPO")]
+    pub repo: Option<PathBuf>,
+    /// git: start the branch from this revision instead of HEAD.
+    #[arg(long, value_name = "REV")]
+    pub base: Option<String>,
+    /// git: the branch to create instead of forage-NAME.
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
     /// Use this image instead of the template's.
     #[arg(long)]
     pub image: Option<String>,
@@ -54,23 +68,49 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Maps the workspace flags to a validated request; nothing is created here.
+pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
+    let git_repo = match (&args.workspace, &args.git_worktree, &args.repo) {
+        (Some(path), _, _) => {
+            if args.base.is_some() || args.branch.is_some() {
+                return Err(Error::Usage(
+                    "--base and --branch need a repository: use --git-worktree REPO (or --repo REPO) instead of --workspace".into(),
+                ));
+            }
+            return Ok(WorkspaceRequest::Direct(DirectPath::validate(path)?));
+        }
+        (None, Some(repo), _) => repo,
+        (None, None, Some(repo)) => match detect_mode(repo) {
+            Mode::Jj => {
+                return Err(Error::Workspace(format!(
+                    "{} is a jj repository; jj workspaces are not supported yet: use --git-worktree for a colocated repository, or --workspace",
+                    repo.display()
+                )))
+            }
+            _ => repo,
+        },
+        (None, None, None) => unreachable!("clap requires one workspace flag"),
+    };
+    let path = ctx.home.workspaces_dir().join(args.name.as_str());
+    Ok(WorkspaceRequest::GitWorktree(GitRequest::validate(
+        git_repo,
+        args.base.as_deref(),
+        args.branch.as_deref(),
+        &args.name,
+        path,
+    )?))
+}
+
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     // Everything that can be checked without Docker is checked first.
-    let workspace = WorkspaceRequest::Direct(DirectPath::validate(&args.workspace)?);
     let template = template::resolve(&args.template)?;
     if let Some(memory) = &args.memory {
-        template::parse_memory(memory).map_err(crate::error::Error::Usage)?;
+        template::parse_memory(memory).map_err(Error::Usage)?;
     }
-    let docker = ctx.docker().await?;
-    let progress = ctx.progress();
-    let cancel = Cancel::default();
-    spawn_signal_handlers(cancel.clone());
-    let engine = Engine {
-        home: ctx.home.clone(),
-        runtime: &docker,
-        progress: progress.as_ref(),
-        cancel,
-    };
+    if let Some(cpus) = args.cpus.filter(|c| c.is_nan() || *c <= 0.0) {
+        return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
+    }
+    let workspace = workspace_request(ctx, &args)?;
     let request = UpRequest {
         name: args.name,
         template,
@@ -84,13 +124,34 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
         start: !args.no_start,
         agent_args: args.agent_args,
     };
+    bring_up(ctx, request).await
+}
+
+/// Runs a validated `up` with progress, signal handling and a summary.
+pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
+    let docker = ctx.docker().await?;
+    let progress = ctx.progress();
+    let cancel = Cancel::default();
+    spawn_signal_handlers(cancel.clone());
+    let started = request.start;
+    let engine = Engine {
+        home: ctx.home.clone(),
+        runtime: &docker,
+        progress: progress.as_ref(),
+        cancel,
+    };
     let record = engine.up(request).await?;
     progress.finish();
     if !ctx.quiet {
         let n = &record.name;
+        let branch = record
+            .workspace
+            .branch()
+            .map(|b| format!(" on branch {b}"))
+            .unwrap_or_default();
         println!(
-            "sandbox {n} is {}: container {}, workspace {} ({})",
-            if args.no_start { "created" } else { "up" },
+            "sandbox {n} is {}: container {}, workspace {} ({}{branch})",
+            if started { "up" } else { "created" },
             record.container,
             record.workspace.host_path().display(),
             record.workspace.mode()

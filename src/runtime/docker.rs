@@ -35,8 +35,13 @@ impl Docker {
         let host =
             std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
         let unreachable = |detail: String| {
+            let fix = if detail.contains("ermission denied") {
+                "ask for access to the socket (e.g. join the `docker` group and log in again) or point DOCKER_HOST at an engine you may use"
+            } else {
+                "start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
+            };
             Error::Engine(format!(
-                "cannot reach the Docker engine at {host} ({detail}); start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
+                "cannot reach the Docker engine at {host} ({detail}); {fix}"
             ))
         };
         let api =

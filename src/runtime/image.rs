@@ -52,9 +52,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// The cache key: changes whenever a tool or the host's libraries change.
 fn cache_key(tools: &[(String, PathBuf)]) -> String {
-    let mut h = Sha256::new();
-    h.update(RECIPE_VERSION);
-    let mut stamp = |p: &Path| {
+    fn stamp(h: &mut Sha256, p: &Path) {
         h.update(p.as_os_str().as_encoded_bytes());
         if let Ok(m) = std::fs::metadata(p) {
             h.update(m.len().to_le_bytes());
@@ -62,12 +60,15 @@ fn cache_key(tools: &[(String, PathBuf)]) -> String {
             h.update(m.mtime_nsec().to_le_bytes());
             h.update(m.ino().to_le_bytes());
         }
-    };
-    for (name, path) in tools {
-        stamp(Path::new(name));
-        stamp(path);
     }
-    stamp(Path::new(LD_CACHE));
+    let mut h = Sha256::new();
+    h.update(RECIPE_VERSION);
+    for (name, path) in tools {
+        // The tool's name is where it goes in the image; the path is what goes there.
+        h.update(name.as_bytes());
+        stamp(&mut h, path);
+    }
+    stamp(&mut h, Path::new(LD_CACHE));
     h.finalize()
         .iter()
         .take(8)

@@ -3,22 +3,58 @@
 //! the record names everything that might exist. Every undo is idempotent: it
 //! succeeds whether or not the effect happened.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runtime::Runtime;
+use crate::store::Record;
+use crate::workspace::WorkspaceRecord;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "kebab-case")]
 pub enum Step {
+    /// The git branch named in the record's workspace.
+    GitBranch,
+    /// The git worktree named in the record's workspace.
+    GitWorktree,
     /// A container named `name` (created, maybe started).
     Container { name: String },
 }
 
+/// How far an undo may go.
+pub struct UndoScope<'a> {
+    /// FORAGE_HOME/workspaces: the only place forage deletes directories.
+    pub workspaces_dir: &'a Path,
+    /// `down --keep-branch`: leave the branch where it is.
+    pub keep_branch: bool,
+}
+
 impl Step {
-    pub async fn undo<R: Runtime>(&self, runtime: &R) -> Result<()> {
-        match self {
-            Step::Container { name } => runtime.remove(name).await,
+    pub async fn undo<R: Runtime>(
+        &self,
+        record: &Record,
+        runtime: &R,
+        scope: &UndoScope<'_>,
+    ) -> Result<()> {
+        match (self, &record.workspace) {
+            (Step::Container { name }, _) => runtime.remove(name).await,
+            (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => {
+                g.remove_worktree(scope.workspaces_dir)
+            }
+            (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {
+                if scope.keep_branch {
+                    Ok(())
+                } else {
+                    g.delete_branch()
+                }
+            }
+            (step, ws) => Err(Error::other(format!(
+                "the record of {} is inconsistent: step {step:?} in a {} workspace",
+                record.name,
+                ws.mode()
+            ))),
         }
     }
 }

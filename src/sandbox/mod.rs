@@ -17,10 +17,11 @@ use crate::names::{
 };
 use crate::progress::Progress;
 use crate::runtime::{ContainerDetails, ContainerSpec, Identity, ImageSource, Runtime, AGENT_HOME};
-use crate::store::{Home, Record, RecordState, RECORD_VERSION};
+use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
 use crate::template::{self, Network};
+use crate::workspace::git::{self, Archived};
 use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
-use journal::Step;
+use journal::{Step, UndoScope};
 
 /// Set by the CLI's signal handlers; `up` checks it between steps and rolls back.
 /// Steps are never cut off half way, so an undo never races its own effect.
@@ -100,6 +101,7 @@ impl<R: Runtime> Engine<'_, R> {
             WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct {
                 path: path.path().to_path_buf(),
             },
+            WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
         };
 
         let lock = self.home.lock_sandbox(&req.name)?;
@@ -116,7 +118,11 @@ impl<R: Runtime> Engine<'_, R> {
         let container = req.name.container();
         let mut command = t.agent.command.clone();
         command.extend(req.agent_args.iter().cloned());
-        let mut env: BTreeMap<String, String> = t.agent.env.clone();
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        if let WorkspaceRecord::GitWorktree(g) = &workspace {
+            env.extend(git::identity_env(&g.repo));
+        }
+        env.extend(t.agent.env.clone());
         env.extend(req.env.iter().cloned());
         env.entry("HOME".into())
             .or_insert_with(|| AGENT_HOME.into());
@@ -140,7 +146,8 @@ impl<R: Runtime> Engine<'_, R> {
             command,
             env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             identity: Identity::current(),
-            mounts: workspace.mounts(req.read_only || t.workspace.read_only),
+            // Filled in once the workspace exists: a worktree's mounts depend on it.
+            mounts: Vec::new(),
             memory_bytes,
             nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
             pids: t.resources.pids,
@@ -149,6 +156,7 @@ impl<R: Runtime> Engine<'_, R> {
             stop_timeout: t.stop_timeout,
         };
 
+        let read_only = req.read_only || t.workspace.read_only;
         let mut record = Record {
             version: RECORD_VERSION,
             name: req.name.clone(),
@@ -158,27 +166,40 @@ impl<R: Runtime> Engine<'_, R> {
             image,
             container,
             workspace,
+            stop_timeout: t.stop_timeout,
             journal: Vec::new(),
         };
         self.home.create(&record)?;
 
-        match self.run_up_steps(&mut record, &spec, req.start).await {
+        match self
+            .run_up_steps(&mut record, spec, read_only, req.start)
+            .await
+        {
             Ok(()) => {
                 drop(lock);
                 Ok(record)
             }
             Err(err) => {
-                self.progress.step("rolling back");
-                if let Err(undo_err) = self.undo(&record).await {
-                    self.progress.finish();
-                    return Err(Error::Other(format!(
-                        "{err}; rolling back also failed ({undo_err}); `forage-ctl down {}` finishes the cleanup",
-                        record.name
-                    )));
-                }
+                self.step("rolling back");
+                let rollback = self
+                    .teardown(
+                        &record,
+                        Teardown {
+                            graceful: false,
+                            keep_branch: false,
+                            discard: false,
+                        },
+                    )
+                    .await;
                 self.progress.finish();
                 drop(lock);
-                Err(err)
+                match rollback {
+                    Ok(_) => Err(err),
+                    Err(undo_err) => Err(err.with_note(format!(
+                        "rolling back also failed ({undo_err}); `forage-ctl down {}` finishes the cleanup",
+                        record.name
+                    ))),
+                }
             }
         }
     }
@@ -187,22 +208,51 @@ impl<R: Runtime> Engine<'_, R> {
     async fn run_up_steps(
         &self,
         record: &mut Record,
-        spec: &ContainerSpec,
+        mut spec: ContainerSpec,
+        read_only: bool,
         start: bool,
     ) -> Result<()> {
+        if let WorkspaceRecord::GitWorktree(g) = record.workspace.clone() {
+            // Only the repository metadata changes are serialised per repository;
+            // the lock is released before the container is created and started.
+            let _repo = self.home.lock_repo(&g.common_dir)?;
+            self.step(&format!(
+                "creating branch {} in {}",
+                g.branch,
+                g.repo.display()
+            ));
+            self.begin(record, Step::GitBranch)?;
+            if let Err(e) = g.create_branch() {
+                // A branch that could not be created is not ours to delete.
+                record.journal.pop();
+                self.home.save(record)?;
+                return Err(e);
+            }
+            self.cancel.check()?;
+            self.step(&format!("checking out worktree {}", g.path.display()));
+            self.begin(record, Step::GitWorktree)?;
+            g.add_worktree()?;
+            self.cancel.check()?;
+        }
+        spec.mounts = record.workspace.mounts(read_only);
         self.begin(
             record,
             Step::Container {
                 name: spec.name.clone(),
             },
         )?;
-        self.progress
-            .step(&format!("creating container {}", spec.name));
-        self.runtime.create(spec).await?;
+        self.step(&format!("creating container {}", spec.name));
+        if let Err(e) = self.runtime.create(&spec).await {
+            // A name clash means the container is someone else's: never undo it.
+            if matches!(e, Error::Conflict(_)) {
+                record.journal.pop();
+                self.home.save(record)?;
+            }
+            return Err(e);
+        }
         self.cancel.check()?;
         if start {
-            self.progress
-                .step(&format!("starting container {}", spec.name));
+            self.step(&format!("starting container {}", spec.name));
             self.runtime.start(&spec.name).await?;
             self.cancel.check()?;
         }
@@ -212,22 +262,73 @@ impl<R: Runtime> Engine<'_, R> {
         Ok(())
     }
 
+    /// Reports a step to the user (progress) and to the log (-v).
+    fn step(&self, message: &str) {
+        tracing::info!("{message}");
+        self.progress.step(message);
+    }
+
     fn begin(&self, record: &mut Record, step: Step) -> Result<()> {
         record.journal.push(step);
         self.home.save(record)
     }
 
-    /// Undoes the journal in reverse, then forgets the sandbox.
-    async fn undo(&self, record: &Record) -> Result<()> {
-        for step in record.journal.iter().rev() {
-            step.undo(self.runtime).await?;
+    /// Removes a sandbox in the one safe order: the container (so nothing writes to
+    /// the workspace any more), then the agent's work archived, then the journal
+    /// undone in reverse, then the record. Every part tolerates being half done.
+    async fn teardown(&self, record: &Record, how: Teardown) -> Result<Option<Archived>> {
+        // The container goes first, so nothing writes to the workspace any more.
+        // Only a container this sandbox's journal says it created is touched.
+        let scope = UndoScope {
+            workspaces_dir: &self.home.workspaces_dir(),
+            keep_branch: how.keep_branch,
+        };
+        let (containers, workspace_steps): (Vec<&Step>, Vec<&Step>) = record
+            .journal
+            .iter()
+            .partition(|s| matches!(s, Step::Container { .. }));
+        if how.graceful && !containers.is_empty() {
+            self.runtime
+                .stop(&record.container, record.stop_timeout)
+                .await?;
         }
-        self.home.remove(&record.name)
+        for step in containers {
+            step.undo(record, self.runtime, &scope).await?;
+        }
+
+        let _repo_lock = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) => Some(self.home.lock_repo(&g.common_dir)?),
+            WorkspaceRecord::Direct { .. } => None,
+        };
+        let archived = match &record.workspace {
+            // Work exists only on a branch this sandbox created.
+            WorkspaceRecord::GitWorktree(g)
+                if !how.discard && record.journal.contains(&Step::GitBranch) =>
+            {
+                self.step("archiving the agent's work");
+                let archived = g.archive(&record.name, &timestamp()).map_err(|e| {
+                    Error::WouldLoseData(format!(
+                        "could not archive the work of sandbox {} ({e}); nothing was deleted: fix the cause and retry, or throw the work away with `forage-ctl down --discard {}`",
+                        record.name, record.name
+                    ))
+                })?;
+                if let Some(a) = &archived {
+                    self.home.add_archive(&ArchiveEntry::new(record, g, a))?;
+                }
+                archived
+            }
+            _ => None,
+        };
+        for step in workspace_steps.into_iter().rev() {
+            step.undo(record, self.runtime, &scope).await?;
+        }
+        self.home.remove(&record.name)?;
+        Ok(archived)
     }
 
     /// Tears a sandbox down: the container first, then (once it is gone) the
     /// workspace, then the record. Works on half-made and half-removed sandboxes.
-    pub async fn down(&self, name: &SandboxName) -> Result<DownReport> {
+    pub async fn down(&self, name: &SandboxName, opts: DownOptions) -> Result<DownReport> {
         let lock = self.home.lock_sandbox(name)?;
         let Some(mut record) = self.home.load(name)? else {
             // No record: only a container this home labelled (e.g. a record deleted
@@ -247,6 +348,9 @@ impl<R: Runtime> Engine<'_, R> {
                         container: c.name,
                         mode: None,
                         workspace: None,
+                        branch: None,
+                        kept_branch: false,
+                        archived: None,
                     })
                 }
                 None => Err(not_found(name)),
@@ -255,15 +359,13 @@ impl<R: Runtime> Engine<'_, R> {
         record.state = RecordState::Removing;
         self.home.save(&record)?;
 
-        self.progress
-            .step(&format!("stopping container {}", record.container));
-        let timeout = template::resolve(&record.template)
-            .map(|t| t.template.stop_timeout)
-            .unwrap_or(10);
-        self.runtime.stop(&record.container, timeout).await?;
-        self.runtime.remove(&record.container).await?;
-        self.progress.step("removing the sandbox");
-        self.undo(&record).await?;
+        self.step(&format!("stopping container {}", record.container));
+        let how = Teardown {
+            graceful: true,
+            keep_branch: opts.keep_branch,
+            discard: opts.discard,
+        };
+        let archived = self.teardown(&record, how).await?;
         self.progress.finish();
         drop(lock);
         Ok(DownReport {
@@ -271,6 +373,9 @@ impl<R: Runtime> Engine<'_, R> {
             container: record.container.clone(),
             mode: Some(record.workspace.mode()),
             workspace: Some(record.workspace.host_path().display().to_string()),
+            branch: record.workspace.branch().map(str::to_owned),
+            kept_branch: opts.keep_branch && record.workspace.branch().is_some(),
+            archived,
         })
     }
 
@@ -319,12 +424,52 @@ impl<R: Runtime> Engine<'_, R> {
         })
     }
 
+    /// The archive to restore: the one named (by ref or timestamp), else the newest.
+    pub fn find_archive(&self, name: &SandboxName, wanted: Option<&str>) -> Result<ArchiveEntry> {
+        let all = self.home.archives(name)?;
+        let found = match wanted {
+            Some(w) => all
+                .into_iter()
+                .rev()
+                .find(|a| a.refname == w || a.refname.ends_with(&format!("/{w}"))),
+            None => all.into_iter().next_back(),
+        };
+        found.ok_or_else(|| {
+            Error::NotFound(match wanted {
+                Some(w) => format!("sandbox {name} has no archive {w:?}; `git for-each-ref refs/forage/archive/{name}` in its repository lists them"),
+                None => format!("sandbox {name} has no archived work (down archives only work that would otherwise be lost)"),
+            })
+        })
+    }
+
+    /// Brings archived work back as a branch (default `forage-<name>`) at the
+    /// archive commit; uncommitted files come back as that commit's changes.
+    pub fn restore_branch(&self, entry: &ArchiveEntry, branch: &str) -> Result<()> {
+        let _repo = self.home.lock_repo(&entry.common_dir)?;
+        git::restore_branch(&entry.common_dir, &entry.refname, branch)
+    }
+
     pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
         let record = self.record(name)?;
+        let git = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) => {
+                let (ahead, behind) = g.ahead_behind()?.unwrap_or((0, 0));
+                Some(GitStatus {
+                    branch: g.branch.clone(),
+                    base: g.base.clone(),
+                    base_ref: g.base_ref.clone(),
+                    ahead,
+                    behind,
+                    dirty: g.dirty_files()?,
+                })
+            }
+            WorkspaceRecord::Direct { .. } => None,
+        };
         let container = self.runtime.inspect(&record.container).await?;
         let state = container.as_ref().map(|c| c.state.as_str());
         let status = self.status_word(&record, state)?;
         Ok(SandboxStatus {
+            git,
             row: SandboxRow::new(&record, status),
             record,
             container,
@@ -345,10 +490,9 @@ impl<R: Runtime> Engine<'_, R> {
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.home.lock_sandbox(name)?;
         let record = self.ready_record(name).await?;
-        let timeout = template::resolve(&record.template)
-            .map(|t| t.template.stop_timeout)
-            .unwrap_or(10);
-        self.runtime.stop(&record.container, timeout).await
+        self.runtime
+            .stop(&record.container, record.stop_timeout)
+            .await
     }
 
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {
@@ -373,11 +517,63 @@ impl<R: Runtime> Engine<'_, R> {
     }
 }
 
+impl ArchiveEntry {
+    fn new(record: &Record, g: &git::GitWorkspace, a: &Archived) -> Self {
+        ArchiveEntry {
+            name: record.name.clone(),
+            refname: a.refname.clone(),
+            commit: a.commit.clone(),
+            repo: g.repo.clone(),
+            common_dir: g.common_dir.clone(),
+            branch: g.branch.clone(),
+            template: record.template.clone(),
+            archived_at: now(),
+        }
+    }
+}
+
 fn not_found(name: &SandboxName) -> Error {
     Error::NotFound(format!(
         "no sandbox named {:?}; `forage-ctl list` shows the existing ones",
         name.as_str()
     ))
+}
+
+/// What `status` tells of a git-worktree sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct GitStatus {
+    pub branch: String,
+    pub base: String,
+    pub base_ref: Option<String>,
+    /// Commits on the branch not on the base.
+    pub ahead: usize,
+    /// Commits on the base (its current tip) not on the branch.
+    pub behind: usize,
+    /// Uncommitted files: staged, unstaged, untracked and not ignored.
+    pub dirty: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DownOptions {
+    /// Keep the sandbox's branch instead of deleting it.
+    pub keep_branch: bool,
+    /// Throw uncommitted and unmerged work away instead of archiving it.
+    pub discard: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Teardown {
+    /// Stop the agent with its stop signal first (down), or just kill it (rollback).
+    graceful: bool,
+    keep_branch: bool,
+    discard: bool,
+}
+
+/// `20261121T080203Z`: sortable, and valid in a git ref name.
+fn timestamp() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -386,6 +582,9 @@ pub struct DownReport {
     pub container: String,
     pub mode: Option<Mode>,
     pub workspace: Option<String>,
+    pub branch: Option<String>,
+    pub kept_branch: bool,
+    pub archived: Option<Archived>,
 }
 
 /// One row of `list`.
@@ -417,6 +616,7 @@ impl SandboxRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxStatus {
+    pub git: Option<GitStatus>,
     #[serde(flatten)]
     pub row: SandboxRow,
     pub record: Record,

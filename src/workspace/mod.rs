@@ -2,6 +2,7 @@
 //! how to validate its input, what to mount, and how to tear itself down.
 
 pub mod direct;
+pub mod git;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -34,12 +35,15 @@ impl fmt::Display for Mode {
 pub enum WorkspaceRecord {
     /// A host directory mounted as is; forage never modifies or deletes it.
     Direct { path: PathBuf },
+    /// A worktree of a git repository on a branch forage created.
+    GitWorktree(git::GitWorkspace),
 }
 
 impl WorkspaceRecord {
     pub fn mode(&self) -> Mode {
         match self {
             WorkspaceRecord::Direct { .. } => Mode::Direct,
+            WorkspaceRecord::GitWorktree(_) => Mode::GitWorktree,
         }
     }
 
@@ -47,12 +51,14 @@ impl WorkspaceRecord {
     pub fn host_path(&self) -> &Path {
         match self {
             WorkspaceRecord::Direct { path } => path,
+            WorkspaceRecord::GitWorktree(g) => &g.path,
         }
     }
 
     pub fn branch(&self) -> Option<&str> {
         match self {
             WorkspaceRecord::Direct { .. } => None,
+            WorkspaceRecord::GitWorktree(g) => Some(&g.branch),
         }
     }
 
@@ -64,7 +70,17 @@ impl WorkspaceRecord {
                 target: WORKSPACE_TARGET.into(),
                 read_only,
             }],
+            WorkspaceRecord::GitWorktree(g) => g.mounts(read_only),
         }
+    }
+}
+
+/// `--repo REPO`: jj when REPO holds `.jj/`, else git.
+pub fn detect_mode(repo: &Path) -> Mode {
+    if repo.join(".jj").is_dir() {
+        Mode::Jj
+    } else {
+        Mode::GitWorktree
     }
 }
 
@@ -72,4 +88,5 @@ impl WorkspaceRecord {
 #[derive(Debug, Clone)]
 pub enum WorkspaceRequest {
     Direct(direct::DirectPath),
+    GitWorktree(git::GitRequest),
 }

@@ -1,0 +1,66 @@
+use clap::Args;
+
+use super::Ctx;
+use crate::error::Result;
+use crate::names::SandboxName;
+use crate::progress::Silent;
+use crate::sandbox::UpRequest;
+use crate::template;
+use crate::workspace::git::GitRequest;
+use crate::workspace::WorkspaceRequest;
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The sandbox whose archived work to bring back.
+    pub name: SandboxName,
+    /// Which archive: its ref or its timestamp (default: the newest).
+    #[arg(long, value_name = "REF")]
+    pub archive: Option<String>,
+    /// The branch to create (default: forage-NAME).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Also bring the sandbox up again on that branch, with the archive's template.
+    #[arg(long)]
+    pub up: bool,
+}
+
+pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
+    let docker = ctx.docker().await?;
+    let engine = ctx.engine(&docker, &Silent);
+    let entry = engine.find_archive(&args.name, args.archive.as_deref())?;
+    let branch = args.branch.clone().unwrap_or_else(|| args.name.branch());
+    if !args.up {
+        engine.restore_branch(&entry, &branch)?;
+        if !ctx.quiet {
+            println!(
+                "restored {} as branch {branch} in {}",
+                entry.refname,
+                entry.repo.display()
+            );
+            println!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+        }
+        return Ok(0);
+    }
+    let path = ctx.home.workspaces_dir().join(args.name.as_str());
+    let workspace = GitRequest::validate(
+        &entry.repo,
+        Some(&entry.commit),
+        Some(&branch),
+        &args.name,
+        path,
+    )?;
+    let request = UpRequest {
+        name: args.name,
+        template: template::resolve(&entry.template)?,
+        workspace: WorkspaceRequest::GitWorktree(workspace),
+        image: None,
+        env: Vec::new(),
+        network: None,
+        memory: None,
+        cpus: None,
+        read_only: false,
+        start: true,
+        agent_args: Vec::new(),
+    };
+    super::up::bring_up(ctx, request).await
+}
