@@ -198,21 +198,13 @@ impl Home {
 
     /// Blocks until this process alone may change the sandbox.
     pub fn lock_sandbox(&self, name: &SandboxName) -> Result<Lock> {
-        self.lock(
-            &format!("sandbox-{name}"),
-            true,
-            Some(self.record_path(name)),
-        )
-        .map(|l| l.expect("blocking lock always returns"))
+        self.lock(&format!("sandbox-{name}"), true)
+            .map(|l| l.expect("blocking lock always returns"))
     }
 
     /// `None` when another process holds the sandbox's lock (an `up` or `down` in flight).
     pub fn try_lock_sandbox(&self, name: &SandboxName) -> Result<Option<Lock>> {
-        self.lock(
-            &format!("sandbox-{name}"),
-            false,
-            Some(self.record_path(name)),
-        )
+        self.lock(&format!("sandbox-{name}"), false)
     }
 
     /// Serialises changes to one repository's metadata (worktrees, branches, jj ops).
@@ -220,11 +212,11 @@ impl Home {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
         let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        self.lock(&format!("repo-{key}"), true, None)
+        self.lock(&format!("repo-{key}"), true)
             .map(|l| l.expect("blocking lock always returns"))
     }
 
-    fn lock(&self, key: &str, block: bool, record: Option<PathBuf>) -> Result<Option<Lock>> {
+    fn lock(&self, key: &str, block: bool) -> Result<Option<Lock>> {
         let dir = self.locks_dir();
         self.ensure_dir(&dir)?;
         let path = dir.join(format!("{key}.lock"));
@@ -255,11 +247,7 @@ impl Home {
                 .context(|| format!("reading {}", path.display()))?;
             match fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(Some(Lock {
-                        _file: flock,
-                        path,
-                        record,
-                    }))
+                    return Ok(Some(Lock { _file: flock, path }))
                 }
                 _ => continue,
             }
@@ -271,18 +259,15 @@ impl Home {
 pub struct Lock {
     _file: Flock<File>,
     path: PathBuf,
-    /// For a sandbox lock: the sandbox's record.
-    record: Option<PathBuf>,
 }
 
 impl Drop for Lock {
-    /// A sandbox with no record (removed, rolled back, never made) keeps no lock
-    /// file either. Unlinking while still holding the lock is safe: the next locker
-    /// notices the file it locked is no longer at the path and retries.
+    /// The lock file goes with the lock, so FORAGE_HOME keeps nothing between
+    /// commands. Unlinking while still holding the lock is safe: a waiter that then
+    /// gets the lock sees that the file it locked is no longer at the path, and
+    /// retries on a fresh one (see `Home::lock`).
     fn drop(&mut self) {
-        if self.record.as_ref().is_some_and(|r| !r.exists()) {
-            let _ = fs::remove_file(&self.path);
-        }
+        let _ = fs::remove_file(&self.path);
     }
 }
 

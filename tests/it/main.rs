@@ -7,4 +7,5 @@ mod support;
 mod cli;
 mod direct;
 mod errors;
+mod git;
 mod image;

@@ -157,6 +157,23 @@ impl Env {
         out
     }
 
+    /// Like `assert_nothing_left`, but allows the index of archived work that
+    /// `restore` reads (FORAGE_HOME/archives).
+    pub fn assert_nothing_left_but_archives(&self) {
+        assert_eq!(
+            self.containers(),
+            Vec::<String>::new(),
+            "containers left behind"
+        );
+        let archives = self.home.join("archives");
+        let files: Vec<PathBuf> = self
+            .home_files()
+            .into_iter()
+            .filter(|f| !f.starts_with(&archives))
+            .collect();
+        assert_eq!(files, Vec::<PathBuf>::new(), "files left in FORAGE_HOME");
+    }
+
     /// Asserts that this test left no container and no sandbox state behind.
     pub fn assert_nothing_left(&self) {
         assert_eq!(
