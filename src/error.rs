@@ -67,12 +67,11 @@ impl Error {
     pub fn docker(context: impl fmt::Display, err: bollard::errors::Error) -> Self {
         use bollard::errors::Error as B;
         match err {
-            B::HyperResponseError { .. }
-            | B::IOError { .. }
-            | B::RequestTimeoutError
-            | B::SocketNotFoundError(_) => Error::Engine(format!(
-                "{context}: the Docker engine stopped answering ({err}); check that dockerd is running"
-            )),
+            B::HyperResponseError { .. } | B::IOError { .. } | B::RequestTimeoutError | B::SocketNotFoundError(_) => {
+                Error::Engine(format!(
+                    "{context}: the Docker engine stopped answering ({err}); check that dockerd is running"
+                ))
+            }
             B::DockerResponseServerError { status_code, message } => {
                 Error::Other(format!("{context}: Docker engine said ({status_code}): {message}"))
             }
@@ -94,22 +93,10 @@ impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
 
 /// True when a bollard error is the engine's 404 for the object asked about.
 pub fn is_docker_not_found(err: &bollard::errors::Error) -> bool {
-    matches!(
-        err,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
 }
 
 /// True when a bollard error is the engine's 409 (name in use, already started, …).
 pub fn is_docker_conflict(err: &bollard::errors::Error) -> bool {
-    matches!(
-        err,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 409,
-            ..
-        }
-    )
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
 }

@@ -32,9 +32,7 @@ impl Home {
         } else if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
             PathBuf::from(home).join(".local/share/forage")
         } else {
-            return Err(Error::Usage(
-                "cannot find a place for forage's state: set FORAGE_HOME (or HOME)".into(),
-            ));
+            return Err(Error::Usage("cannot find a place for forage's state: set FORAGE_HOME (or HOME)".into()));
         };
         Home::at(root)
     }
@@ -45,9 +43,7 @@ impl Home {
         let root = if root.is_absolute() {
             root
         } else {
-            std::env::current_dir()
-                .context(|| "reading the current directory".into())?
-                .join(root)
+            std::env::current_dir().context(|| "reading the current directory".into())?.join(root)
         };
         Ok(Home { root })
     }
@@ -81,9 +77,7 @@ impl Home {
     pub fn archives(&self, name: &SandboxName) -> Result<Vec<ArchiveEntry>> {
         let path = self.archives_path(name);
         match fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes).context(|| format!("reading {}", path.display()))
-            }
+            Ok(bytes) => serde_json::from_slice(&bytes).context(|| format!("reading {}", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(Error::other(format!("reading {}: {e}", path.display()))),
         }
@@ -96,10 +90,7 @@ impl Home {
         let path = self.archives_path(&entry.name);
         let dir = path.parent().expect("archives dir").to_path_buf();
         self.ensure_dir(&dir)?;
-        let tmp = write_temp(
-            &path,
-            &serde_json::to_vec_pretty(&all).map_err(Error::other)?,
-        )?;
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(&all).map_err(Error::other)?)?;
         fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
         sync_dir(&dir)
     }
@@ -158,10 +149,7 @@ impl Home {
     pub fn create(&self, record: &Record) -> Result<()> {
         self.ensure_dir(&self.sandboxes_dir())?;
         let path = self.record_path(&record.name);
-        let tmp = write_temp(
-            &path,
-            &serde_json::to_vec_pretty(record).map_err(Error::other)?,
-        )?;
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(record).map_err(Error::other)?)?;
         let linked = fs::hard_link(&tmp, &path);
         let _ = fs::remove_file(&tmp);
         match linked {
@@ -179,10 +167,7 @@ impl Home {
     pub fn save(&self, record: &Record) -> Result<()> {
         self.ensure_dir(&self.sandboxes_dir())?;
         let path = self.record_path(&record.name);
-        let tmp = write_temp(
-            &path,
-            &serde_json::to_vec_pretty(record).map_err(Error::other)?,
-        )?;
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(record).map_err(Error::other)?)?;
         fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
         sync_dir(&self.sandboxes_dir())
     }
@@ -198,8 +183,7 @@ impl Home {
 
     /// Blocks until this process alone may change the sandbox.
     pub fn lock_sandbox(&self, name: &SandboxName) -> Result<Lock> {
-        self.lock(&format!("sandbox-{name}"), true)
-            .map(|l| l.expect("blocking lock always returns"))
+        self.lock(&format!("sandbox-{name}"), true).map(|l| l.expect("blocking lock always returns"))
     }
 
     /// `None` when another process holds the sandbox's lock (an `up` or `down` in flight).
@@ -212,8 +196,7 @@ impl Home {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
         let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        self.lock(&format!("repo-{key}"), true)
-            .map(|l| l.expect("blocking lock always returns"))
+        self.lock(&format!("repo-{key}"), true).map(|l| l.expect("blocking lock always returns"))
     }
 
     fn lock(&self, key: &str, block: bool) -> Result<Option<Lock>> {
@@ -230,21 +213,13 @@ impl Home {
                 .mode(0o600)
                 .open(&path)
                 .context(|| format!("opening the lock {}", path.display()))?;
-            let arg = if block {
-                FlockArg::LockExclusive
-            } else {
-                FlockArg::LockExclusiveNonblock
-            };
+            let arg = if block { FlockArg::LockExclusive } else { FlockArg::LockExclusiveNonblock };
             let flock = match Flock::lock(file, arg) {
                 Ok(f) => f,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) if !block => return Ok(None),
-                Err((_, e)) => {
-                    return Err(Error::other(format!("locking {}: {e}", path.display())))
-                }
+                Err((_, e)) => return Err(Error::other(format!("locking {}: {e}", path.display()))),
             };
-            let held = flock
-                .metadata()
-                .context(|| format!("reading {}", path.display()))?;
+            let held = flock.metadata().context(|| format!("reading {}", path.display()))?;
             match fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
                     return Ok(Some(Lock { _file: flock, path }))
@@ -272,10 +247,7 @@ impl Drop for Lock {
 }
 
 fn write_temp(final_path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let file_name = final_path
-        .file_name()
-        .and_then(|f| f.to_str())
-        .unwrap_or("record");
+    let file_name = final_path.file_name().and_then(|f| f.to_str()).unwrap_or("record");
     let tmp = final_path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
     let mut f = OpenOptions::new()
         .create(true)
@@ -284,16 +256,12 @@ fn write_temp(final_path: &Path, bytes: &[u8]) -> Result<PathBuf> {
         .mode(0o600)
         .open(&tmp)
         .context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes).and_then(|()| f.sync_all()).context(|| format!("writing {}", tmp.display()))?;
     Ok(tmp)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .context(|| format!("syncing {}", dir.display()))
+    File::open(dir).and_then(|d| d.sync_all()).context(|| format!("syncing {}", dir.display()))
 }
 
 /// Where a sandbox is in its life. `Creating` with no `up` holding its lock means
@@ -320,6 +288,12 @@ pub struct Record {
     pub workspace: WorkspaceRecord,
     /// Seconds between the stop signal and SIGKILL, fixed when the sandbox was made.
     pub stop_timeout: u32,
+    /// The template's init commands, run once per container before the agent.
+    #[serde(default)]
+    pub init: Vec<String>,
+    /// Names of the secrets mounted (never their values or files' contents).
+    #[serde(default)]
+    pub secrets: Vec<String>,
     /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
     pub journal: Vec<Step>,
 }
@@ -354,10 +328,10 @@ mod tests {
             created_at: 1,
             template: "shell".into(),
             image: "img".into(),
-            workspace: WorkspaceRecord::Direct {
-                path: home.root().to_path_buf(),
-            },
+            workspace: WorkspaceRecord::Direct { path: home.root().to_path_buf() },
             stop_timeout: 10,
+            init: vec![],
+            secrets: vec![],
             journal: vec![],
         }
     }
@@ -389,11 +363,7 @@ mod tests {
         let held = home.lock_sandbox(&name).unwrap();
         assert!(home.try_lock_sandbox(&name).unwrap().is_none());
         drop(held);
-        assert_eq!(
-            fs::read_dir(dir.path().join("locks")).unwrap().count(),
-            0,
-            "no record, no lock file"
-        );
+        assert_eq!(fs::read_dir(dir.path().join("locks")).unwrap().count(), 0, "no record, no lock file");
         let again = home.try_lock_sandbox(&name).unwrap();
         assert!(again.is_some());
     }

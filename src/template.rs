@@ -11,8 +11,31 @@ use crate::error::{Error, Result};
 /// The template `up` uses when none is named.
 pub const DEFAULT_TEMPLATE: &str = "shell";
 
-/// Built-in templates: (name, YAML).
-const BUILTINS: &[(&str, &str)] = &[("shell", include_str!("../templates/shell.yaml"))];
+/// A template shipped inside the binary, with the Dockerfile its `build` uses.
+struct Builtin {
+    name: &'static str,
+    yaml: &'static str,
+    dockerfile: Option<&'static str>,
+}
+
+macro_rules! builtin_with_dockerfile {
+    ($name:literal) => {
+        Builtin {
+            name: $name,
+            yaml: include_str!(concat!("../templates/", $name, "/template.yaml")),
+            dockerfile: Some(include_str!(concat!("../templates/", $name, "/Dockerfile"))),
+        }
+    };
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin { name: "shell", yaml: include_str!("../templates/shell.yaml"), dockerfile: None },
+    Builtin { name: "review", yaml: include_str!("../templates/review.yaml"), dockerfile: None },
+    builtin_with_dockerfile!("claude"),
+    builtin_with_dockerfile!("codex"),
+    builtin_with_dockerfile!("aider"),
+    builtin_with_dockerfile!("opencode"),
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +45,9 @@ pub struct Template {
     /// An image reference already present in the engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Build the image from a Dockerfile, through the Engine API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildSpec>,
     /// Build the image offline from tools installed on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_image: Option<HostImage>,
@@ -33,6 +59,12 @@ pub struct Template {
     pub network: Network,
     #[serde(default)]
     pub resources: Resources,
+    /// Extra host paths to mount, read-only unless said otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<MountSpec>,
+    /// Shell commands run in /workspace before the agent starts; one failing fails `up`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init: Vec<String>,
     /// Signal sent to the agent on stop/down (e.g. SIGHUP for interactive shells,
     /// which ignore SIGTERM).
     #[serde(default = "default_stop_signal")]
@@ -52,6 +84,39 @@ pub struct HostImage {
     pub require: Vec<String>,
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BuildSpec {
+    /// The build context, relative to the template's directory.
+    #[serde(default = "default_context")]
+    pub context: String,
+    /// The Dockerfile, relative to the context.
+    #[serde(default = "default_dockerfile")]
+    pub dockerfile: String,
+}
+
+fn default_context() -> String {
+    ".".into()
+}
+fn default_dockerfile() -> String {
+    "Dockerfile".into()
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MountSpec {
+    /// A host path; `~/` means the invoking user's home, relative paths the template's directory.
+    pub source: String,
+    /// An absolute path inside the container.
+    pub target: String,
+    #[serde(default = "yes")]
+    pub read_only: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Agent {
@@ -60,6 +125,11 @@ pub struct Agent {
     pub command: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Environment variables the agent process gets from secrets: VAR -> secret name.
+    /// The value is read inside the container from /run/secrets/<name>, so it never
+    /// appears in the container's configuration.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -93,11 +163,7 @@ pub struct Resources {
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources {
-            memory: default_memory(),
-            cpus: default_cpus(),
-            pids: default_pids(),
-        }
+        Resources { memory: default_memory(), cpus: default_cpus(), pids: default_pids() }
     }
 }
 
@@ -117,6 +183,21 @@ fn default_stop_timeout() -> u32 {
     10
 }
 
+pub const SECRET_NAME_RULE: &str = "lowercase letters, digits, '_', '.', '-', starting with a letter or digit";
+
+/// Secret names become file names under /run/secrets, so they follow the
+/// sandbox-name alphabet.
+pub fn secret_name_ok(name: &str) -> bool {
+    crate::names::SandboxName::parse(name).is_ok()
+}
+
+/// POSIX environment variable names: letters, digits and '_', not starting with a digit.
+pub fn env_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Parses a Docker-style byte size: `1024`, `512k`, `256m`, `4g` (binary units).
 pub fn parse_memory(raw: &str) -> Result<i64, String> {
     let s = raw.trim().to_ascii_lowercase();
@@ -127,15 +208,9 @@ pub fn parse_memory(raw: &str) -> Result<i64, String> {
         Some('g') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    let bytes = digits
-        .parse::<i64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|b| *b >= 6 << 20)
-        .ok_or_else(|| {
-            format!(
-                "invalid memory size {raw:?}: use a number with k, m or g, at least 6m (e.g. 4g)"
-            )
+    let bytes =
+        digits.parse::<i64>().ok().and_then(|n| n.checked_mul(mult)).filter(|b| *b >= 6 << 20).ok_or_else(|| {
+            format!("invalid memory size {raw:?}: use a number with k, m or g, at least 6m (e.g. 4g)")
         })?;
     Ok(bytes)
 }
@@ -162,6 +237,18 @@ pub struct Resolved {
     pub name: String,
     pub origin: Origin,
     pub template: Template,
+    /// A built-in's embedded Dockerfile (its whole build context).
+    pub builtin_dockerfile: Option<&'static str>,
+}
+
+impl Resolved {
+    /// The directory relative paths in the template are taken from.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        match &self.origin {
+            Origin::File(f) => f.parent(),
+            Origin::Builtin => None,
+        }
+    }
 }
 
 /// The template directories, in precedence order (first match wins).
@@ -184,9 +271,7 @@ pub fn search_path() -> Vec<PathBuf> {
 fn template_name_ok(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
         && !name.starts_with('.')
 }
 
@@ -194,35 +279,26 @@ fn template_name_ok(name: &str) -> bool {
 /// on the search path, then the built-ins.
 pub fn resolve(name: &str) -> Result<Resolved> {
     if !template_name_ok(name) {
-        return Err(Error::Usage(format!(
-            "invalid template name {name:?}: use letters, digits, '-', '_' or '.'"
-        )));
+        return Err(Error::Usage(format!("invalid template name {name:?}: use letters, digits, '-', '_' or '.'")));
     }
     for dir in search_path() {
-        for candidate in [
-            dir.join(format!("{name}.yaml")),
-            dir.join(name).join("template.yaml"),
-        ] {
+        for candidate in [dir.join(format!("{name}.yaml")), dir.join(name).join("template.yaml")] {
             if candidate.is_file() {
-                let text = std::fs::read_to_string(&candidate).map_err(|e| {
-                    Error::Usage(format!("cannot read template {}: {e}", candidate.display()))
-                })?;
+                let text = std::fs::read_to_string(&candidate)
+                    .map_err(|e| Error::Usage(format!("cannot read template {}: {e}", candidate.display())))?;
                 let template = parse(&text, &candidate.display().to_string())?;
                 return Ok(Resolved {
                     name: name.into(),
                     origin: Origin::File(candidate),
                     template,
+                    builtin_dockerfile: None,
                 });
             }
         }
     }
-    if let Some((_, text)) = BUILTINS.iter().find(|(n, _)| *n == name) {
-        let template = parse(text, &format!("built-in template {name}"))?;
-        return Ok(Resolved {
-            name: name.into(),
-            origin: Origin::Builtin,
-            template,
-        });
+    if let Some(b) = BUILTINS.iter().find(|b| b.name == name) {
+        let template = parse(b.yaml, &format!("built-in template {name}"))?;
+        return Ok(Resolved { name: name.into(), origin: Origin::Builtin, template, builtin_dockerfile: b.dockerfile });
     }
     Err(Error::NotFound(format!(
         "template {name:?} not found; `forage-ctl templates` lists the available ones (searched {} and the built-ins)",
@@ -232,7 +308,7 @@ pub fn resolve(name: &str) -> Result<Resolved> {
 
 /// Every template visible on the search path, shadowed ones omitted.
 pub fn list() -> Result<Vec<Resolved>> {
-    let mut names: Vec<String> = BUILTINS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut names: Vec<String> = BUILTINS.iter().map(|b| b.name.to_string()).collect();
     for dir in search_path() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -259,10 +335,8 @@ pub fn list() -> Result<Vec<Resolved>> {
 /// Parses and validates a template; errors carry `source:line:column`.
 pub fn parse(text: &str, source: &str) -> Result<Template> {
     let template: Template = serde_yaml_ng::from_str(text).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!("{source}:{}:{}", l.line(), l.column()))
-            .unwrap_or_else(|| source.to_owned());
+        let at =
+            e.location().map(|l| format!("{source}:{}:{}", l.line(), l.column())).unwrap_or_else(|| source.to_owned());
         Error::Usage(format!("{at}: {e}"))
     })?;
     validate(&template).map_err(|msg| Error::Usage(format!("{source}: {msg}")))?;
@@ -270,39 +344,47 @@ pub fn parse(text: &str, source: &str) -> Result<Template> {
 }
 
 fn validate(t: &Template) -> Result<(), String> {
-    match (&t.image, &t.host_image) {
-        (Some(_), Some(_)) => return Err("set only one of `image` and `host_image`".into()),
-        (None, None) => return Err("set `image` (an image in the engine) or `host_image`".into()),
-        _ => {}
+    let sources = [t.image.is_some(), t.build.is_some(), t.host_image.is_some()];
+    match sources.iter().filter(|s| **s).count() {
+        1 => {}
+        0 => return Err("set one of `image` (an image in the engine), `build` or `host_image`".into()),
+        _ => return Err("set only one of `image`, `build` and `host_image`".into()),
+    }
+    for (var, secret) in &t.agent.secrets {
+        if !env_name_ok(var) {
+            return Err(format!("agent.secrets: {var:?} is not an environment variable name"));
+        }
+        if !secret_name_ok(secret) {
+            return Err(format!("agent.secrets.{var}: {secret:?} is not a secret name ({SECRET_NAME_RULE})"));
+        }
+    }
+    for m in &t.mounts {
+        if !m.target.starts_with('/') || m.target == "/" || m.target.starts_with(crate::runtime::WORKSPACE_TARGET) {
+            return Err(format!("mounts: target {:?} must be an absolute path outside /workspace", m.target));
+        }
+        if m.source.contains("docker.sock") {
+            return Err(format!(
+                "mounts: {:?} would hand the agent the Docker engine; forage never mounts it",
+                m.source
+            ));
+        }
     }
     if t.agent.command.is_empty() {
         return Err("`agent.command` is empty: name the program the sandbox runs".into());
     }
     parse_memory(&t.resources.memory)?;
     if t.resources.cpus.is_nan() || t.resources.cpus <= 0.0 {
-        return Err(format!(
-            "resources.cpus must be above 0, not {}",
-            t.resources.cpus
-        ));
+        return Err(format!("resources.cpus must be above 0, not {}", t.resources.cpus));
     }
     if t.resources.pids < 16 {
-        return Err(format!(
-            "resources.pids must be at least 16, not {}",
-            t.resources.pids
-        ));
+        return Err(format!("resources.pids must be at least 16, not {}", t.resources.pids));
     }
     // The Engine API request that stops a container times out after 120 s.
     if t.stop_timeout > 100 {
-        return Err(format!(
-            "stop_timeout is at most 100 seconds, not {}",
-            t.stop_timeout
-        ));
+        return Err(format!("stop_timeout is at most 100 seconds, not {}", t.stop_timeout));
     }
     if !t.stop_signal.starts_with("SIG") {
-        return Err(format!(
-            "stop_signal {:?} must be a signal name such as SIGTERM",
-            t.stop_signal
-        ));
+        return Err(format!("stop_signal {:?} must be a signal name such as SIGTERM", t.stop_signal));
     }
     Ok(())
 }
@@ -313,8 +395,9 @@ mod tests {
 
     #[test]
     fn builtins_parse() {
-        for (name, text) in BUILTINS {
-            parse(text, name).unwrap();
+        for b in BUILTINS {
+            let t = parse(b.yaml, b.name).unwrap();
+            assert_eq!(t.build.is_some(), b.dockerfile.is_some(), "{}", b.name);
         }
     }
 
@@ -328,12 +411,8 @@ mod tests {
 
     #[test]
     fn wrong_type_points_at_line_and_column() {
-        let err = parse(
-            "image: x\nagent: {command: [sh]}\nresources: {pids: many}\n",
-            "t.yaml",
-        )
-        .unwrap_err()
-        .to_string();
+        let err =
+            parse("image: x\nagent: {command: [sh]}\nresources: {pids: many}\n", "t.yaml").unwrap_err().to_string();
         assert!(err.starts_with("t.yaml:3:"), "{err}");
     }
 

@@ -10,18 +10,11 @@ pub struct CompletionsArgs {
 }
 
 pub fn run(args: CompletionsArgs) -> Result<i32> {
-    clap_complete::generate(
-        args.shell,
-        &mut Cli::command(),
-        "forage-ctl",
-        &mut std::io::stdout(),
-    );
+    clap_complete::generate(args.shell, &mut Cli::command(), "forage-ctl", &mut std::io::stdout());
     Ok(0)
 }
 
 pub fn man() -> Result<i32> {
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut std::io::stdout())
-        .map_err(Error::other)?;
+    clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Error::other)?;
     Ok(0)
 }

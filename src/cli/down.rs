@@ -33,12 +33,7 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
     let progress = ctx.progress();
     let engine = ctx.engine(&docker, progress.as_ref());
     let names: Vec<SandboxName> = if args.all {
-        engine
-            .list()
-            .await?
-            .into_iter()
-            .filter_map(|r| SandboxName::parse(&r.name).ok())
-            .collect()
+        engine.list().await?.into_iter().filter_map(|r| SandboxName::parse(&r.name).ok()).collect()
     } else {
         args.names
     };
@@ -56,10 +51,7 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
             print_json(&plan)?;
         } else {
             for p in &plan {
-                let branch = p["branch"]
-                    .as_str()
-                    .map(|b| format!(", branch {b}"))
-                    .unwrap_or_default();
+                let branch = p["branch"].as_str().map(|b| format!(", branch {b}")).unwrap_or_default();
                 println!(
                     "would remove sandbox {} (container {}{branch})",
                     p["name"].as_str().unwrap_or(""),
@@ -70,10 +62,7 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
         return Ok(0);
     }
 
-    let opts = DownOptions {
-        keep_branch: args.keep_branch,
-        discard: args.discard,
-    };
+    let opts = DownOptions { keep_branch: args.keep_branch, discard: args.discard };
     let mut reports = Vec::new();
     let mut first_error: Option<Error> = None;
     for name in &names {
@@ -106,16 +95,10 @@ fn print_report(r: &DownReport) {
     let name = &r.name;
     match (&r.workspace, &r.branch) {
         (None, _) => println!("removed container {} of sandbox {name}", r.container),
-        (Some(ws), None) => println!(
-            "removed sandbox {name} (container {}); {ws} left as it was",
-            r.container
-        ),
+        (Some(ws), None) => println!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
         (Some(ws), Some(branch)) => {
             let fate = if r.kept_branch { "kept" } else { "deleted" };
-            println!(
-                "removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}",
-                r.container
-            );
+            println!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container);
         }
     }
     if let Some(a) = &r.archived {
@@ -129,17 +112,9 @@ fn print_report(r: &DownReport) {
         }
         if !a.dirty_files.is_empty() {
             let n = a.dirty_files.len();
-            what.push(format!(
-                "{n} uncommitted file{}",
-                if n == 1 { "" } else { "s" }
-            ));
+            what.push(format!("{n} uncommitted file{}", if n == 1 { "" } else { "s" }));
         }
-        println!(
-            "archived {} as {} ({})",
-            what.join(" and "),
-            a.refname,
-            &a.commit[..a.commit.len().min(12)]
-        );
+        println!("archived {} as {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
         println!("  restore with: forage-ctl restore {name}");
     }
 }

@@ -26,11 +26,7 @@ pub struct ExecArgs {
 pub async fn run(ctx: &Ctx, args: ExecArgs) -> Result<i32> {
     let docker = ctx.docker().await?;
     let record = ctx.engine(&docker, &Silent).record(&args.name)?;
-    let opts = ExecOptions {
-        interactive: args.interactive,
-        tty: args.tty,
-        identity: Identity::current(),
-    };
+    let opts = ExecOptions { interactive: args.interactive, tty: args.tty, identity: Identity::current() };
     let code = docker.exec(&record.container, args.command, opts).await?;
     Ok(i32::try_from(code).unwrap_or(1))
 }
@@ -39,18 +35,8 @@ pub async fn run(ctx: &Ctx, args: ExecArgs) -> Result<i32> {
 pub async fn shell(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let docker = ctx.docker().await?;
     let record = ctx.engine(&docker, &Silent).record(&args.name)?;
-    let cmd = [
-        "sh",
-        "-c",
-        "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi",
-    ];
-    let opts = ExecOptions {
-        interactive: true,
-        tty: std::io::stdin().is_terminal(),
-        identity: Identity::current(),
-    };
-    let code = docker
-        .exec(&record.container, cmd.map(String::from).to_vec(), opts)
-        .await?;
+    let cmd = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi"];
+    let opts = ExecOptions { interactive: true, tty: std::io::stdin().is_terminal(), identity: Identity::current() };
+    let code = docker.exec(&record.container, cmd.map(String::from).to_vec(), opts).await?;
     Ok(i32::try_from(code).unwrap_or(1))
 }

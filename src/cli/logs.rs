@@ -19,8 +19,6 @@ pub struct LogsArgs {
 pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<i32> {
     let docker = ctx.docker().await?;
     let record = ctx.engine(&docker, &Silent).record(&args.name)?;
-    docker
-        .logs(&record.container, args.follow, args.tail)
-        .await?;
+    docker.logs(&record.container, args.follow, args.tail).await?;
     Ok(0)
 }

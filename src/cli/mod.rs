@@ -106,21 +106,13 @@ impl Ctx {
     }
 
     pub fn engine<'a>(&self, docker: &'a Docker, progress: &'a dyn Progress) -> Engine<'a, Docker> {
-        Engine {
-            home: self.home.clone(),
-            runtime: docker,
-            progress,
-            cancel: Cancel::default(),
-        }
+        Engine { home: self.home.clone(), runtime: docker, progress, cancel: Cancel::default() }
     }
 }
 
 /// Runs the command; the `Ok` value is the process exit code.
 pub async fn run(cli: Cli) -> Result<i32> {
-    let ctx = Ctx {
-        quiet: cli.quiet,
-        home: Home::from_env()?,
-    };
+    let ctx = Ctx { quiet: cli.quiet, home: Home::from_env()? };
     match cli.command {
         Command::Up(args) => up::run(&ctx, *args).await,
         Command::List(args) => list::run(&ctx, args).await,

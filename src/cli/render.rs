@@ -18,9 +18,7 @@ impl Spinner {
             return Spinner(None);
         }
         let bar = ProgressBar::new_spinner();
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"),
-        );
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
         bar.enable_steady_tick(Duration::from_millis(100));
         Spinner(Some(bar))
     }
@@ -54,10 +52,8 @@ pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
 
 /// "12s", "5m", "3h", "2d": the age of something created at `epoch_secs`.
 pub fn age(epoch_secs: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(epoch_secs);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(epoch_secs);
     let s = now.saturating_sub(epoch_secs);
     match s {
         0..=59 => format!("{s}s"),

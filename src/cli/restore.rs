@@ -22,6 +22,9 @@ pub struct RestoreArgs {
     /// Also bring the sandbox up again on that branch, with the archive's template.
     #[arg(long)]
     pub up: bool,
+    /// With --up: a secret the template needs, as for `up` (repeatable).
+    #[arg(long = "secret", value_name = "NAME=FILE", requires = "up")]
+    pub secrets: Vec<String>,
 }
 
 pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
@@ -32,23 +35,13 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     if !args.up {
         engine.restore_branch(&entry, &branch)?;
         if !ctx.quiet {
-            println!(
-                "restored {} as branch {branch} in {}",
-                entry.refname,
-                entry.repo.display()
-            );
+            println!("restored {} as branch {branch} in {}", entry.refname, entry.repo.display());
             println!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
         }
         return Ok(0);
     }
     let path = ctx.home.workspaces_dir().join(args.name.as_str());
-    let workspace = GitRequest::validate(
-        &entry.repo,
-        Some(&entry.commit),
-        Some(&branch),
-        &args.name,
-        path,
-    )?;
+    let workspace = GitRequest::validate(&entry.repo, Some(&entry.commit), Some(&branch), &args.name, path)?;
     let request = UpRequest {
         name: args.name,
         template: template::resolve(&entry.template)?,
@@ -61,6 +54,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
         read_only: false,
         start: true,
         agent_args: Vec::new(),
+        secrets: super::up::secret_files(&args.secrets)?,
     };
     super::up::bring_up(ctx, request).await
 }

@@ -41,17 +41,10 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
             }
             for m in &c.mounts {
                 let mode = if m.read_only { "ro" } else { "rw" };
-                println!(
-                    "mount:      {} -> {} ({mode})",
-                    m.source.display(),
-                    m.target
-                );
+                println!("mount:      {} -> {} ({mode})", m.source.display(), m.target);
             }
         }
-        None => println!(
-            "(the container is gone; `forage-ctl down {}` cleans up)",
-            r.name
-        ),
+        None => println!("(the container is gone; `forage-ctl down {}` cleans up)", r.name),
     }
     Ok(0)
 }

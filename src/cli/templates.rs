@@ -24,15 +24,10 @@ pub fn run(args: TemplatesArgs) -> Result<i32> {
         Some(TemplatesAction::Show { name }) => {
             let t = template::resolve(&name)?;
             if args.json {
-                print_json(
-                    &serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}),
-                )?;
+                print_json(&serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}))?;
             } else {
                 println!("# {} ({})", t.name, t.origin);
-                print!(
-                    "{}",
-                    serde_yaml_ng::to_string(&t.template).map_err(Error::other)?
-                );
+                print!("{}", serde_yaml_ng::to_string(&t.template).map_err(Error::other)?);
             }
         }
         None => {
@@ -45,12 +40,10 @@ pub fn run(args: TemplatesArgs) -> Result<i32> {
                 print_json(&rows)?;
             } else {
                 let width = all.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-                println!("{:width$}  {:50}  SOURCE", "NAME", "DESCRIPTION");
+                let desc = all.iter().map(|t| t.template.description.len()).max().unwrap_or(11).max(11);
+                println!("{:width$}  {:desc$}  SOURCE", "NAME", "DESCRIPTION");
                 for t in &all {
-                    println!(
-                        "{:width$}  {:50}  {}",
-                        t.name, t.template.description, t.origin
-                    );
+                    println!("{:width$}  {:desc$}  {}", t.name, t.template.description, t.origin);
                 }
             }
         }

@@ -5,7 +5,7 @@ use clap::Args;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::{Cancel, Engine, UpRequest};
+use crate::sandbox::{Cancel, Engine, SecretFile, UpRequest};
 use crate::template::{self, Network, DEFAULT_TEMPLATE};
 use crate::workspace::git::GitRequest;
 use crate::workspace::{detect_mode, direct::DirectPath, Mode, WorkspaceRequest};
@@ -39,6 +39,10 @@ pub struct UpArgs {
     /// An extra environment variable for the agent (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// A secret for the agent, from a file: mounted read-only at /run/secrets/NAME and
+    /// exported to the agent where the template asks (repeatable).
+    #[arg(long = "secret", value_name = "NAME=FILE")]
+    pub secrets: Vec<String>,
     /// Network access: full, or none.
     #[arg(long, value_enum)]
     pub network: Option<Network>,
@@ -61,11 +65,42 @@ pub struct UpArgs {
 
 fn parse_env(raw: &str) -> Result<(String, String), String> {
     match raw.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => {
-            Ok((k.into(), v.into()))
-        }
+        Some((k, v)) if !k.is_empty() && !k.contains(char::is_whitespace) => Ok((k.into(), v.into())),
         _ => Err(format!("invalid --env {raw:?}: use KEY=VALUE")),
     }
+}
+
+/// Validates `--secret NAME=FILE` values: a good name, given once, and a file the
+/// user can read. The value itself is never read.
+pub fn secret_files(raw: &[String]) -> Result<Vec<SecretFile>> {
+    let mut out: Vec<SecretFile> = Vec::new();
+    for r in raw {
+        let Some((name, file)) = r.split_once('=').filter(|(n, f)| !n.is_empty() && !f.is_empty()) else {
+            return Err(Error::Usage(format!(
+                "invalid --secret {r:?}: use NAME=FILE, e.g. --secret anthropic=~/.keys/anthropic"
+            )));
+        };
+        if !template::secret_name_ok(name) {
+            return Err(Error::Usage(format!("invalid secret name {name:?}: use {}", template::SECRET_NAME_RULE)));
+        }
+        if out.iter().any(|s| s.name == name) {
+            return Err(Error::Usage(format!("--secret {name} is given twice; give each secret once")));
+        }
+        let path = std::path::Path::new(file);
+        let readable = std::fs::File::open(path).and_then(|f| f.metadata()).map(|m| m.is_file());
+        match readable {
+            Ok(true) => {}
+            Ok(false) => return Err(Error::Usage(format!("secret file {file:?} (for {name}) is not a regular file"))),
+            Err(e) => {
+                return Err(Error::Usage(format!(
+                    "secret file {file:?} (for {name}) cannot be read ({e}); pass a file holding the secret's value"
+                )))
+            }
+        }
+        let path = path.canonicalize().map_err(|e| Error::Usage(format!("secret file {file:?}: {e}")))?;
+        out.push(SecretFile { name: name.to_owned(), path });
+    }
+    Ok(out)
 }
 
 /// Maps the workspace flags to a validated request; nothing is created here.
@@ -110,6 +145,7 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     if let Some(cpus) = args.cpus.filter(|c| c.is_nan() || *c <= 0.0) {
         return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
     }
+    let secrets = secret_files(&args.secrets)?;
     let workspace = workspace_request(ctx, &args)?;
     let request = UpRequest {
         name: args.name,
@@ -123,6 +159,7 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
         read_only: args.read_only,
         start: !args.no_start,
         agent_args: args.agent_args,
+        secrets,
     };
     bring_up(ctx, request).await
 }
@@ -134,21 +171,12 @@ pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
     let cancel = Cancel::default();
     spawn_signal_handlers(cancel.clone());
     let started = request.start;
-    let engine = Engine {
-        home: ctx.home.clone(),
-        runtime: &docker,
-        progress: progress.as_ref(),
-        cancel,
-    };
+    let engine = Engine { home: ctx.home.clone(), runtime: &docker, progress: progress.as_ref(), cancel };
     let record = engine.up(request).await?;
     progress.finish();
     if !ctx.quiet {
         let n = &record.name;
-        let branch = record
-            .workspace
-            .branch()
-            .map(|b| format!(" on branch {b}"))
-            .unwrap_or_default();
+        let branch = record.workspace.branch().map(|b| format!(" on branch {b}")).unwrap_or_default();
         println!(
             "sandbox {n} is {}: container {}, workspace {} ({}{branch})",
             if started { "up" } else { "created" },
@@ -164,11 +192,7 @@ pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
 /// Ctrl-C and SIGTERM ask `up` to stop after its current step and roll back.
 fn spawn_signal_handlers(cancel: Cancel) {
     use tokio::signal::unix::{signal, SignalKind};
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-    ] {
+    for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()] {
         let cancel = cancel.clone();
         if let Ok(mut sig) = signal(kind) {
             tokio::spawn(async move {

@@ -4,17 +4,16 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use bollard::container::{
-    Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
-    ListContainersOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
-    UploadToContainerOptions,
+    Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
 };
 use bollard::models::{HostConfig, Mount as DockerMount, MountTypeEnum};
 use bytes::Bytes;
 use futures_util::TryStreamExt;
 
 use super::{
-    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, Runtime,
-    AGENT_HOME, WORKSPACE_TARGET,
+    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, Runtime, AGENT_HOME,
+    WORKSPACE_TARGET,
 };
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
@@ -32,24 +31,17 @@ impl Docker {
     /// Connects to the engine named by DOCKER_HOST (default: the local socket) and
     /// agrees on an API version with it, so newer and older engines both work.
     pub async fn connect() -> Result<Self> {
-        let host =
-            std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
         let unreachable = |detail: String| {
             let fix = if detail.contains("ermission denied") {
                 "ask for access to the socket (e.g. join the `docker` group and log in again) or point DOCKER_HOST at an engine you may use"
             } else {
                 "start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
             };
-            Error::Engine(format!(
-                "cannot reach the Docker engine at {host} ({detail}); {fix}"
-            ))
+            Error::Engine(format!("cannot reach the Docker engine at {host} ({detail}); {fix}"))
         };
-        let api =
-            bollard::Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-        let api = api
-            .negotiate_version()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        let api = bollard::Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        let api = api.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
         let v = api.client_version();
         let (major, minor) = (v.major_version, v.minor_version);
         if (major, minor) < MIN_API {
@@ -63,9 +55,7 @@ impl Docker {
 
     /// Reads one file out of a (possibly stopped) container; `None` if it is absent.
     async fn read_file(&self, container: &str, path: &str) -> Result<Option<String>> {
-        let stream = self
-            .api
-            .download_from_container(container, Some(DownloadFromContainerOptions { path }));
+        let stream = self.api.download_from_container(container, Some(DownloadFromContainerOptions { path }));
         let chunks: Vec<Bytes> = match stream.try_collect().await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
@@ -88,24 +78,14 @@ impl Docker {
     /// Gives the invoking user a passwd and group entry (tools such as git, ssh and
     /// id need one) and a writable HOME, merged into whatever the image ships.
     async fn install_identity(&self, container: &str, who: Identity) -> Result<()> {
-        let passwd = self
-            .read_file(container, "/etc/passwd")
-            .await?
-            .unwrap_or_default();
-        let group = self
-            .read_file(container, "/etc/group")
-            .await?
-            .unwrap_or_default();
+        let passwd = self.read_file(container, "/etc/passwd").await?.unwrap_or_default();
+        let group = self.read_file(container, "/etc/group").await?.unwrap_or_default();
         let (passwd, group) = merge_identity(&passwd, &group, who);
 
         let mut tar = tar::Builder::new(Vec::new());
         let mut add = |path: &str, body: &[u8], mode: u32, owner: (u32, u32), dir: bool| {
             let mut h = tar::Header::new_gnu();
-            h.set_entry_type(if dir {
-                tar::EntryType::Directory
-            } else {
-                tar::EntryType::Regular
-            });
+            h.set_entry_type(if dir { tar::EntryType::Directory } else { tar::EntryType::Regular });
             h.set_size(body.len() as u64);
             h.set_mode(mode);
             h.set_uid(owner.0.into());
@@ -122,10 +102,7 @@ impl Docker {
         self.api
             .upload_to_container(
                 container,
-                Some(UploadToContainerOptions {
-                    path: "/",
-                    ..Default::default()
-                }),
+                Some(UploadToContainerOptions { path: "/", ..Default::default() }),
                 bytes.into(),
             )
             .await
@@ -135,10 +112,8 @@ impl Docker {
 
 /// Adds `agent` entries for `who` unless the image already has that uid / gid.
 fn merge_identity(passwd: &str, group: &str, who: Identity) -> (String, String) {
-    let has_id = |db: &str, id: u32| {
-        db.lines()
-            .any(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(id))
-    };
+    let has_id =
+        |db: &str, id: u32| db.lines().any(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(id));
     let has_name = |db: &str, name: &str| db.lines().any(|l| l.split(':').next() == Some(name));
     let pick_name = |db: &str| {
         if has_name(db, "agent") {
@@ -157,10 +132,7 @@ fn merge_identity(passwd: &str, group: &str, who: Identity) -> (String, String) 
     let mut passwd_out = with_newline(passwd);
     if !has_id(passwd, who.uid) {
         let name = pick_name(passwd);
-        passwd_out.push_str(&format!(
-            "{name}:x:{}:{}:forage agent:{AGENT_HOME}:/bin/sh\n",
-            who.uid, who.gid
-        ));
+        passwd_out.push_str(&format!("{name}:x:{}:{}:forage agent:{AGENT_HOME}:/bin/sh\n", who.uid, who.gid));
     }
     let mut group_out = with_newline(group);
     if !has_id(group, who.gid) {
@@ -192,6 +164,9 @@ impl Runtime for Docker {
             },
             ImageSource::Host { template, spec } => {
                 super::image::ensure_host_image(&self.api, template, spec, progress).await
+            }
+            ImageSource::Build { template, context } => {
+                super::image::ensure_built_image(&self.api, template, context, progress).await
             }
         }
     }
@@ -226,10 +201,7 @@ impl Runtime for Docker {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = CreateContainerOptions {
-            name: spec.name.as_str(),
-            platform: None,
-        };
+        let options = CreateContainerOptions { name: spec.name.as_str(), platform: None };
         match self.api.create_container(Some(options), config).await {
             Ok(_) => {}
             Err(e) if is_docker_conflict(&e) => {
@@ -238,12 +210,7 @@ impl Runtime for Docker {
                     spec.name
                 )))
             }
-            Err(e) => {
-                return Err(Error::docker(
-                    format!("creating container {}", spec.name),
-                    e,
-                ))
-            }
+            Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
         }
         self.install_identity(&spec.name, spec.identity).await
     }
@@ -256,32 +223,16 @@ impl Runtime for Docker {
     }
 
     async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()> {
-        match self
-            .api
-            .stop_container(
-                name,
-                Some(StopContainerOptions {
-                    t: timeout_secs.into(),
-                }),
-            )
-            .await
-        {
+        match self.api.stop_container(name, Some(StopContainerOptions { t: timeout_secs.into() })).await {
             Ok(()) => Ok(()),
             // 304: already stopped; 404: already gone.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304 | 404,
-                ..
-            }) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 304 | 404, .. }) => Ok(()),
             Err(e) => Err(Error::docker(format!("stopping container {name}"), e)),
         }
     }
 
     async fn remove(&self, name: &str) -> Result<()> {
-        let options = RemoveContainerOptions {
-            force: true,
-            v: true,
-            ..Default::default()
-        };
+        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         match self.api.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_docker_not_found(&e) => Ok(()),
@@ -292,11 +243,7 @@ impl Runtime for Docker {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>> {
-        let c = match self
-            .api
-            .inspect_container(name, None::<InspectContainerOptions>)
-            .await
-        {
+        let c = match self.api.inspect_container(name, None::<InspectContainerOptions>).await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
             Err(e) => return Err(Error::docker(format!("inspecting container {name}"), e)),
@@ -314,10 +261,7 @@ impl Runtime for Docker {
             .collect();
         Ok(Some(ContainerDetails {
             id: c.id.unwrap_or_default(),
-            state: state
-                .status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "unknown".into()),
+            state: state.status.map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
             exit_code: state.exit_code,
             started_at: state.started_at,
             finished_at: state.finished_at,
@@ -326,34 +270,24 @@ impl Runtime for Docker {
         }))
     }
 
+    async fn run_captured(&self, container: &str, command: Vec<String>, identity: Identity) -> Result<(i64, String)> {
+        self.exec_captured(container, command, identity).await
+    }
+
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {
         let filters = HashMap::from([(
             "label".to_string(),
-            vec![
-                LABEL_SANDBOX.to_string(),
-                format!("{LABEL_HOME}={home_label}"),
-            ],
+            vec![LABEL_SANDBOX.to_string(), format!("{LABEL_HOME}={home_label}")],
         )]);
-        let options = ListContainersOptions {
-            all: true,
-            filters,
-            ..Default::default()
-        };
-        let containers = self
-            .api
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| Error::docker("listing containers", e))?;
+        let options = ListContainersOptions { all: true, filters, ..Default::default() };
+        let containers =
+            self.api.list_containers(Some(options)).await.map_err(|e| Error::docker("listing containers", e))?;
         Ok(containers
             .into_iter()
             .filter_map(|c| {
                 let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
                 let name = c.names?.first()?.trim_start_matches('/').to_owned();
-                Some(ContainerSummary {
-                    name,
-                    sandbox,
-                    state: c.state.unwrap_or_default(),
-                })
+                Some(ContainerSummary { name, sandbox, state: c.state.unwrap_or_default() })
             })
             .collect())
     }
@@ -365,18 +299,8 @@ mod tests {
 
     #[test]
     fn adds_missing_user_and_group() {
-        let (p, g) = merge_identity(
-            "root:x:0:0::/root:/bin/sh",
-            "root:x:0:",
-            Identity {
-                uid: 1000,
-                gid: 100,
-            },
-        );
-        assert_eq!(
-            p,
-            "root:x:0:0::/root:/bin/sh\nagent:x:1000:100:forage agent:/home/agent:/bin/sh\n"
-        );
+        let (p, g) = merge_identity("root:x:0:0::/root:/bin/sh", "root:x:0:", Identity { uid: 1000, gid: 100 });
+        assert_eq!(p, "root:x:0:0::/root:/bin/sh\nagent:x:1000:100:forage agent:/home/agent:/bin/sh\n");
         assert_eq!(g, "root:x:0:\nagent:x:100:\n");
     }
 
@@ -387,9 +311,6 @@ mod tests {
         assert_eq!(p, passwd, "uid 0 already has an entry");
         assert_eq!(g, "root:x:0:\nagent:x:7:\n");
         let (p, _) = merge_identity(passwd, "", Identity { uid: 9, gid: 9 });
-        assert!(
-            p.ends_with("forage-agent:x:9:9:forage agent:/home/agent:/bin/sh\n"),
-            "{p}"
-        );
+        assert!(p.ends_with("forage-agent:x:9:9:forage agent:/home/agent:/bin/sh\n"), "{p}");
     }
 }

@@ -12,13 +12,22 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bollard::image::CreateImageOptions;
-use futures_util::TryStreamExt;
+use bollard::image::{BuildImageOptions, CreateImageOptions};
+use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
 use crate::error::{is_docker_not_found, Error, Result};
 use crate::progress::Progress;
 use crate::template::HostImage;
+
+/// What a template's `build` builds from.
+#[derive(Debug, Clone)]
+pub enum BuildContext {
+    /// A directory on the host (a template file's `build.context`).
+    Dir { dir: PathBuf, dockerfile: String },
+    /// A built-in template's embedded Dockerfile, which is its whole context.
+    Embedded { dockerfile: &'static str },
+}
 
 /// Bump when the image layout below changes, so old caches are not reused.
 const RECIPE_VERSION: &str = "forage-host-image-v1";
@@ -69,11 +78,7 @@ fn cache_key(tools: &[(String, PathBuf)]) -> String {
         stamp(&mut h, path);
     }
     stamp(&mut h, Path::new(LD_CACHE));
-    h.finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Returns the image reference for `spec`, building it first if the engine lacks it.
@@ -93,13 +98,8 @@ pub async fn ensure_host_image(
         Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
     }
 
-    progress.step(&format!(
-        "building image {reference} from {} host tools",
-        tools.len()
-    ));
-    let rootfs = tokio::task::spawn_blocking(move || build_rootfs(&tools))
-        .await
-        .map_err(Error::other)??;
+    progress.step(&format!("building image {reference} from {} host tools", tools.len()));
+    let rootfs = tokio::task::spawn_blocking(move || build_rootfs(&tools)).await.map_err(Error::other)??;
     progress.step(&format!(
         "importing image {reference} ({:.1} MiB) into the Docker engine",
         rootfs.len() as f64 / (1 << 20) as f64
@@ -109,11 +109,7 @@ pub async fn ensure_host_image(
         from_src: "-",
         repo: repo.as_str(),
         tag: key.as_str(),
-        changes: vec![
-            "ENV PATH=/usr/local/bin:/usr/bin:/bin",
-            label.as_str(),
-            "CMD [\"sh\"]",
-        ],
+        changes: vec!["ENV PATH=/usr/local/bin:/usr/bin:/bin", label.as_str(), "CMD [\"sh\"]"],
         ..Default::default()
     };
     api.create_image(Some(options), Some(rootfs.into()), None)
@@ -124,15 +120,128 @@ pub async fn ensure_host_image(
     Ok(reference)
 }
 
+/// Builds a template's image from its Dockerfile unless the engine already has it.
+/// The tag carries a hash of the whole build context, so an edited Dockerfile or
+/// context file builds anew and an unchanged one costs one inspect call.
+pub async fn ensure_built_image(
+    api: &bollard::Docker,
+    template: &str,
+    context: &BuildContext,
+    progress: &dyn Progress,
+) -> Result<String> {
+    let context = context.clone();
+    let (tar, dockerfile) =
+        tokio::task::spawn_blocking(move || context_tar(&context)).await.map_err(Error::other)??;
+    let digest = Sha256::digest(&tar);
+    let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let reference = format!("forage-build/{}:{key}", template.to_ascii_lowercase());
+    match api.inspect_image(&reference).await {
+        Ok(_) => return Ok(reference),
+        Err(e) if is_docker_not_found(&e) => {}
+        Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
+    }
+    progress.step(&format!("building image {reference} from {dockerfile}"));
+    let options = BuildImageOptions {
+        dockerfile: dockerfile.clone(),
+        t: reference.clone(),
+        rm: true,
+        forcerm: true,
+        labels: std::collections::HashMap::from([(LABEL_IMAGE_KEY.to_string(), key.clone())]),
+        ..Default::default()
+    };
+    let mut stream = api.build_image(options, None, Some(tar.into()));
+    let mut last_lines: Vec<String> = Vec::new();
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| {
+            let detail = match e {
+                bollard::errors::Error::DockerStreamError { error } => error,
+                other => other.to_string(),
+            };
+            build_failed(template, &detail, &last_lines)
+        })?;
+        if let Some(err) = info.error {
+            return Err(build_failed(template, &err, &last_lines));
+        }
+        if let Some(line) = info.stream.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
+            progress.step(&format!("building {reference}: {line}"));
+            last_lines.push(line.to_owned());
+            if last_lines.len() > 10 {
+                last_lines.remove(0);
+            }
+        }
+    }
+    progress.finish();
+    Ok(reference)
+}
+
+fn build_failed(template: &str, error: &str, last_lines: &[String]) -> Error {
+    let tail = if last_lines.is_empty() { String::new() } else { format!("\n{}", last_lines.join("\n")) };
+    Error::Other(format!(
+        "building the image of template {template:?} failed: {}; its base image must be in the engine or reachable in a registry{tail}",
+        error.trim()
+    ))
+}
+
+/// The build context as a tar (deterministic: sorted, zero mtimes, no .git) and
+/// the Dockerfile's path inside it.
+fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
+    let io = |e: std::io::Error| Error::other(format!("packing the build context: {e}"));
+    let mut tar = tar::Builder::new(Vec::new());
+    let dockerfile = match context {
+        BuildContext::Embedded { dockerfile } => {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(dockerfile.len() as u64);
+            h.set_mode(0o644);
+            h.set_mtime(0);
+            tar.append_data(&mut h, "Dockerfile", dockerfile.as_bytes()).map_err(io)?;
+            "Dockerfile".to_owned()
+        }
+        BuildContext::Dir { dir, dockerfile } => {
+            if !dir.join(dockerfile).is_file() {
+                return Err(Error::Usage(format!(
+                    "the build context {} has no {dockerfile}; fix `build` in the template",
+                    dir.display()
+                )));
+            }
+            let mut files = Vec::new();
+            collect_files(dir, dir, &mut files).map_err(io)?;
+            files.sort();
+            for rel in files {
+                let mut f = std::fs::File::open(dir.join(&rel)).map_err(io)?;
+                let meta = f.metadata().map_err(io)?;
+                let mut h = tar::Header::new_gnu();
+                h.set_size(meta.len());
+                h.set_mode(meta.mode() & 0o7777);
+                h.set_mtime(0);
+                tar.append_data(&mut h, &rel, &mut f).map_err(io)?;
+            }
+            dockerfile.clone()
+        }
+    };
+    Ok((tar.into_inner().map_err(io)?, dockerfile))
+}
+
+fn collect_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let kind = entry.file_type()?;
+        if kind.is_dir() && entry.file_name() != ".git" {
+            collect_files(root, &path, out)?;
+        } else if kind.is_file() {
+            out.push(path.strip_prefix(root).expect("under root").to_path_buf());
+        }
+    }
+    Ok(())
+}
+
 /// The shared libraries `binary` loads, as the dynamic linker resolves them on this
 /// host. `ldd` is the linker's own answer (RPATHs, /nix/store, multiarch dirs).
 fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd").arg(binary).output().map_err(|e| {
-        Error::other(format!(
-            "running ldd to find the libraries of {}: {e}",
-            binary.display()
-        ))
-    })?;
+    let out = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .map_err(|e| Error::other(format!("running ldd to find the libraries of {}: {e}", binary.display())))?;
     // Static binaries and scripts: ldd exits non-zero, and they need no libraries.
     if !out.status.success() {
         return Ok(Vec::new());
@@ -211,27 +320,13 @@ fn build_rootfs(tools: &[(String, PathBuf)]) -> Result<Vec<u8>> {
     };
     text_file(&mut tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n").map_err(io)?;
     text_file(&mut tar, "etc/group", "root:x:0:\n").map_err(io)?;
-    text_file(
-        &mut tar,
-        "etc/nsswitch.conf",
-        "passwd: files\ngroup: files\nhosts: files dns\n",
-    )
-    .map_err(io)?;
+    text_file(&mut tar, "etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n").map_err(io)?;
 
     let mut made_dirs = std::collections::BTreeSet::new();
     for (in_image, host) in &files {
-        for ancestor in in_image
-            .ancestors()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
+        for ancestor in in_image.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
             let s = ancestor.to_string_lossy().into_owned();
-            if !s.is_empty()
-                && made_dirs.insert(s.clone())
-                && !matches!(s.as_str(), "usr" | "usr/bin")
-            {
+            if !s.is_empty() && made_dirs.insert(s.clone()) && !matches!(s.as_str(), "usr" | "usr/bin") {
                 dir(&mut tar, &s, 0o755).map_err(io)?;
             }
         }
@@ -252,10 +347,7 @@ mod tests {
 
     #[test]
     fn key_is_stable_and_tracks_the_tool_set() {
-        let spec = HostImage {
-            tools: vec!["sh".into(), "ls".into()],
-            require: vec!["sh".into()],
-        };
+        let spec = HostImage { tools: vec!["sh".into(), "ls".into()], require: vec!["sh".into()] };
         let tools = resolve_tools(&spec).unwrap();
         assert_eq!(cache_key(&tools), cache_key(&tools));
         assert_ne!(cache_key(&tools), cache_key(&tools[..1]));
@@ -263,25 +355,15 @@ mod tests {
 
     #[test]
     fn a_missing_required_tool_is_named() {
-        let spec = HostImage {
-            tools: vec!["no-such-tool-xyz".into()],
-            require: vec!["no-such-tool-xyz".into()],
-        };
+        let spec = HostImage { tools: vec!["no-such-tool-xyz".into()], require: vec!["no-such-tool-xyz".into()] };
         let err = resolve_tools(&spec).unwrap_err().to_string();
         assert!(err.contains("no-such-tool-xyz"), "{err}");
     }
 
     #[test]
     fn finds_the_libraries_of_a_dynamic_binary() {
-        let sh = resolve_tools(&HostImage {
-            tools: vec!["ls".into()],
-            require: vec!["ls".into()],
-        })
-        .unwrap();
+        let sh = resolve_tools(&HostImage { tools: vec!["ls".into()], require: vec!["ls".into()] }).unwrap();
         let libs = shared_libraries(&sh[0].1).unwrap();
-        assert!(
-            libs.iter().any(|l| l.to_string_lossy().contains("libc.so")),
-            "{libs:?}"
-        );
+        assert!(libs.iter().any(|l| l.to_string_lossy().contains("libc.so")), "{libs:?}");
     }
 }

@@ -24,10 +24,7 @@ pub struct Identity {
 
 impl Identity {
     pub fn current() -> Self {
-        Identity {
-            uid: nix::unistd::getuid().as_raw(),
-            gid: nix::unistd::getgid().as_raw(),
-        }
+        Identity { uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
     }
 }
 
@@ -68,6 +65,8 @@ pub enum ImageSource {
     Reference(String),
     /// Built offline from host tools, cached by a key over those tools.
     Host { template: String, spec: HostImage },
+    /// Built from a Dockerfile, cached by a hash of the build context.
+    Build { template: String, context: image::BuildContext },
 }
 
 /// One forage container as `list` sees it.
@@ -104,6 +103,9 @@ pub trait Runtime {
     /// Removes the container; succeeds if it is already gone.
     async fn remove(&self, name: &str) -> Result<()>;
     async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>>;
+    /// Runs a command in the running container as `identity`, in /workspace, with
+    /// the container's environment; returns its exit code and combined output.
+    async fn run_captured(&self, container: &str, command: Vec<String>, identity: Identity) -> Result<(i64, String)>;
     /// Every container labelled as belonging to `home`, in one Engine API call.
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
 }

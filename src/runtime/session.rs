@@ -53,12 +53,7 @@ impl Drop for RawTerminal {
 }
 
 fn terminal_size() -> Option<(u16, u16)> {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one winsize into the pointer we own.
     let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
     (rc == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
@@ -71,9 +66,7 @@ fn not_running(container: &str, err: bollard::errors::Error) -> Error {
             container.trim_start_matches("forage-")
         ))
     } else if is_docker_not_found(&err) {
-        Error::NotFound(format!(
-            "container {container} is gone; `forage-ctl down` cleans up what is left"
-        ))
+        Error::NotFound(format!("container {container} is gone; `forage-ctl down` cleans up what is left"))
     } else {
         Error::docker(format!("talking to container {container}"), err)
     }
@@ -87,16 +80,13 @@ async fn pump_output(
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
     while let Some(chunk) = output.next().await {
-        let write =
-            match chunk.map_err(|e| Error::docker(format!("reading from {container}"), e))? {
-                LogOutput::StdErr { message } => {
-                    stderr.write_all(&message).await.and(stderr.flush().await)
-                }
-                LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                    stdout.write_all(&message).await.and(stdout.flush().await)
-                }
-                LogOutput::StdIn { .. } => Ok(()),
-            };
+        let write = match chunk.map_err(|e| Error::docker(format!("reading from {container}"), e))? {
+            LogOutput::StdErr { message } => stderr.write_all(&message).await.and(stderr.flush().await),
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                stdout.write_all(&message).await.and(stdout.flush().await)
+            }
+            LogOutput::StdIn { .. } => Ok(()),
+        };
         // Our reader went away (e.g. `| head`): stop quietly, like other CLIs.
         if write.is_err() {
             break;
@@ -128,33 +118,17 @@ impl Docker {
             working_dir: Some(WORKSPACE_TARGET.into()),
             ..Default::default()
         };
-        let exec = self
-            .api
-            .create_exec(container, create)
-            .await
-            .map_err(|e| not_running(container, e))?;
+        let exec = self.api.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
         let _raw = RawTerminal::enable(opts.tty && opts.interactive);
-        let start = StartExecOptions {
-            detach: false,
-            tty: opts.tty,
-            output_capacity: None,
-        };
-        match self
-            .api
-            .start_exec(&exec.id, Some(start))
-            .await
-            .map_err(|e| not_running(container, e))?
-        {
+        let start = StartExecOptions { detach: false, tty: opts.tty, output_capacity: None };
+        match self.api.start_exec(&exec.id, Some(start)).await.map_err(|e| not_running(container, e))? {
             StartExecResults::Attached { output, input } => {
                 if opts.interactive {
                     spawn_stdin(input);
                 }
                 if opts.tty {
                     if let Some((height, width)) = terminal_size() {
-                        let _ = self
-                            .api
-                            .resize_exec(&exec.id, ResizeExecOptions { height, width })
-                            .await;
+                        let _ = self.api.resize_exec(&exec.id, ResizeExecOptions { height, width }).await;
                     }
                 }
                 pump_output(output, container).await?;
@@ -169,6 +143,34 @@ impl Docker {
         Ok(inspected.exit_code.unwrap_or(-1))
     }
 
+    /// Runs a command without a terminal and collects stdout and stderr together.
+    pub async fn exec_captured(&self, container: &str, cmd: Vec<String>, identity: Identity) -> Result<(i64, String)> {
+        let create = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(cmd),
+            user: Some(format!("{}:{}", identity.uid, identity.gid)),
+            working_dir: Some(WORKSPACE_TARGET.into()),
+            ..Default::default()
+        };
+        let exec = self.api.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
+        let mut output = String::new();
+        if let StartExecResults::Attached { output: mut stream, .. } =
+            self.api.start_exec(&exec.id, None).await.map_err(|e| not_running(container, e))?
+        {
+            while let Some(chunk) = stream.next().await {
+                let bytes = chunk.map_err(|e| not_running(container, e))?.into_bytes();
+                output.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+        let inspected = self
+            .api
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| Error::docker(format!("reading the exit code in {container}"), e))?;
+        Ok((inspected.exit_code.unwrap_or(-1), output))
+    }
+
     /// Connects the terminal to the agent's TTY until the user detaches
     /// (ctrl-p ctrl-q) or the agent exits.
     pub async fn attach(&self, container: &str) -> Result<()> {
@@ -180,22 +182,13 @@ impl Docker {
             logs: Some(false),
             detach_keys: Some(DETACH_KEYS.into()),
         };
-        let attached = self
-            .api
-            .attach_container(container, Some(options))
-            .await
-            .map_err(|e| not_running(container, e))?;
+        let attached =
+            self.api.attach_container(container, Some(options)).await.map_err(|e| not_running(container, e))?;
         let _raw = RawTerminal::enable(true);
         if let Some((h, w)) = terminal_size() {
             let _ = self
                 .api
-                .resize_container_tty(
-                    container,
-                    bollard::container::ResizeContainerTtyOptions {
-                        height: h,
-                        width: w,
-                    },
-                )
+                .resize_container_tty(container, bollard::container::ResizeContainerTtyOptions { height: h, width: w })
                 .await;
         }
         spawn_stdin(attached.input);

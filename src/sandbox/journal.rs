@@ -32,17 +32,10 @@ pub struct UndoScope<'a> {
 }
 
 impl Step {
-    pub async fn undo<R: Runtime>(
-        &self,
-        record: &Record,
-        runtime: &R,
-        scope: &UndoScope<'_>,
-    ) -> Result<()> {
+    pub async fn undo<R: Runtime>(&self, record: &Record, runtime: &R, scope: &UndoScope<'_>) -> Result<()> {
         match (self, &record.workspace) {
             (Step::Container { name }, _) => runtime.remove(name).await,
-            (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => {
-                g.remove_worktree(scope.workspaces_dir)
-            }
+            (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => g.remove_worktree(scope.workspaces_dir),
             (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {
                 if scope.keep_branch {
                     Ok(())

@@ -3,8 +3,10 @@
 //! `down` stops the container before it touches the workspace.
 
 pub mod journal;
+pub mod launcher;
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -12,11 +14,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::names::{
-    SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE,
-};
+use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
 use crate::progress::Progress;
-use crate::runtime::{ContainerDetails, ContainerSpec, Identity, ImageSource, Runtime, AGENT_HOME};
+use crate::runtime::image::BuildContext;
+use crate::runtime::{ContainerDetails, ContainerSpec, Identity, ImageSource, Mount, Runtime, AGENT_HOME};
 use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
 use crate::template::{self, Network};
 use crate::workspace::git::{self, Archived};
@@ -35,9 +36,7 @@ impl Cancel {
 
     fn check(&self) -> Result<()> {
         if self.0.load(Ordering::SeqCst) {
-            Err(Error::Other(
-                "interrupted; everything this command had created was removed".into(),
-            ))
+            Err(Error::Other("interrupted; everything this command had created was removed".into()))
         } else {
             Ok(())
         }
@@ -58,6 +57,16 @@ pub struct UpRequest {
     pub read_only: bool,
     pub start: bool,
     pub agent_args: Vec<String>,
+    /// `--secret NAME=FILE`, each file checked readable.
+    pub secrets: Vec<SecretFile>,
+}
+
+/// A secret given on the command line: a name and the file holding its value.
+/// forage never reads the value; it mounts the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretFile {
+    pub name: String,
+    pub path: PathBuf,
 }
 
 pub struct Engine<'a, R: Runtime> {
@@ -68,16 +77,11 @@ pub struct Engine<'a, R: Runtime> {
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 fn host_cpus() -> f64 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as f64)
-        .unwrap_or(1.0)
+    std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0)
 }
 
 impl<R: Runtime> Engine<'_, R> {
@@ -89,18 +93,11 @@ impl<R: Runtime> Engine<'_, R> {
         if cpus.is_nan() || cpus <= 0.0 {
             return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
         }
-        let source = match (&req.image, &t.image, &t.host_image) {
-            (Some(image), _, _) | (None, Some(image), _) => ImageSource::Reference(image.clone()),
-            (None, None, Some(spec)) => ImageSource::Host {
-                template: req.template.name.clone(),
-                spec: spec.clone(),
-            },
-            (None, None, None) => unreachable!("templates are validated to name an image"),
-        };
+        let source = image_source(&req)?;
+        let secret_env = secret_env(&req)?;
+        let extra_mounts = extra_mounts(&req)?;
         let workspace = match &req.workspace {
-            WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct {
-                path: path.path().to_path_buf(),
-            },
+            WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct { path: path.path().to_path_buf() },
             WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
         };
 
@@ -118,26 +115,22 @@ impl<R: Runtime> Engine<'_, R> {
         let container = req.name.container();
         let mut command = t.agent.command.clone();
         command.extend(req.agent_args.iter().cloned());
+        let command = launcher::wrap(command, &secret_env, !t.init.is_empty());
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         if let WorkspaceRecord::GitWorktree(g) = &workspace {
             env.extend(git::identity_env(&g.repo));
         }
         env.extend(t.agent.env.clone());
         env.extend(req.env.iter().cloned());
-        env.entry("HOME".into())
-            .or_insert_with(|| AGENT_HOME.into());
-        env.entry("TERM".into())
-            .or_insert_with(|| "xterm-256color".into());
+        env.entry("HOME".into()).or_insert_with(|| AGENT_HOME.into());
+        env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
         env.insert("FORAGE_SANDBOX".into(), req.name.to_string());
         let labels = HashMap::from([
             (LABEL_SANDBOX.to_string(), req.name.to_string()),
             (LABEL_HOME.to_string(), self.home.label()),
             (LABEL_MODE.to_string(), workspace.mode().to_string()),
             (LABEL_TEMPLATE.to_string(), req.template.name.clone()),
-            (
-                LABEL_WORKSPACE.to_string(),
-                workspace.host_path().display().to_string(),
-            ),
+            (LABEL_WORKSPACE.to_string(), workspace.host_path().display().to_string()),
         ]);
         let spec = ContainerSpec {
             name: container.clone(),
@@ -146,8 +139,8 @@ impl<R: Runtime> Engine<'_, R> {
             command,
             env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             identity: Identity::current(),
-            // Filled in once the workspace exists: a worktree's mounts depend on it.
-            mounts: Vec::new(),
+            // The workspace's mounts come first, once it exists: a worktree's depend on it.
+            mounts: extra_mounts,
             memory_bytes,
             nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
             pids: t.resources.pids,
@@ -167,30 +160,21 @@ impl<R: Runtime> Engine<'_, R> {
             container,
             workspace,
             stop_timeout: t.stop_timeout,
+            init: t.init.clone(),
+            secrets: req.secrets.iter().map(|s| s.name.clone()).collect(),
             journal: Vec::new(),
         };
         self.home.create(&record)?;
 
-        match self
-            .run_up_steps(&mut record, spec, read_only, req.start)
-            .await
-        {
+        match self.run_up_steps(&mut record, spec, read_only, req.start).await {
             Ok(()) => {
                 drop(lock);
                 Ok(record)
             }
             Err(err) => {
                 self.step("rolling back");
-                let rollback = self
-                    .teardown(
-                        &record,
-                        Teardown {
-                            graceful: false,
-                            keep_branch: false,
-                            discard: false,
-                        },
-                    )
-                    .await;
+                let rollback =
+                    self.teardown(&record, Teardown { graceful: false, keep_branch: false, discard: false }).await;
                 self.progress.finish();
                 drop(lock);
                 match rollback {
@@ -216,11 +200,7 @@ impl<R: Runtime> Engine<'_, R> {
             // Only the repository metadata changes are serialised per repository;
             // the lock is released before the container is created and started.
             let _repo = self.home.lock_repo(&g.common_dir)?;
-            self.step(&format!(
-                "creating branch {} in {}",
-                g.branch,
-                g.repo.display()
-            ));
+            self.step(&format!("creating branch {} in {}", g.branch, g.repo.display()));
             self.begin(record, Step::GitBranch)?;
             if let Err(e) = g.create_branch() {
                 // A branch that could not be created is not ours to delete.
@@ -234,13 +214,10 @@ impl<R: Runtime> Engine<'_, R> {
             g.add_worktree()?;
             self.cancel.check()?;
         }
-        spec.mounts = record.workspace.mounts(read_only);
-        self.begin(
-            record,
-            Step::Container {
-                name: spec.name.clone(),
-            },
-        )?;
+        let mut mounts = record.workspace.mounts(read_only);
+        mounts.append(&mut spec.mounts);
+        spec.mounts = mounts;
+        self.begin(record, Step::Container { name: spec.name.clone() })?;
         self.step(&format!("creating container {}", spec.name));
         if let Err(e) = self.runtime.create(&spec).await {
             // A name clash means the container is someone else's: never undo it.
@@ -255,10 +232,43 @@ impl<R: Runtime> Engine<'_, R> {
             self.step(&format!("starting container {}", spec.name));
             self.runtime.start(&spec.name).await?;
             self.cancel.check()?;
+            self.run_init(record).await?;
+            self.cancel.check()?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;
         self.progress.finish();
+        Ok(())
+    }
+
+    /// Runs the template's init commands once per container, before the agent
+    /// (whose launcher waits for the marker). A failure shows the command's output.
+    async fn run_init(&self, record: &Record) -> Result<()> {
+        if record.init.is_empty() {
+            return Ok(());
+        }
+        let who = Identity::current();
+        let sh = |script: &str| vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()];
+        let marker = launcher::INIT_DONE_MARKER;
+        let (done, _) = self.runtime.run_captured(&record.container, sh(&format!("test -e {marker}")), who).await?;
+        if done == 0 {
+            return Ok(());
+        }
+        for command in &record.init {
+            self.step(&format!("init: {command}"));
+            let (code, output) = self.runtime.run_captured(&record.container, sh(command), who).await?;
+            if code != 0 {
+                return Err(Error::Other(format!(
+                    "init command `{command}` of template {} failed with exit code {code}; its output:\n{}",
+                    record.template,
+                    output.trim_end()
+                )));
+            }
+        }
+        let (code, output) = self.runtime.run_captured(&record.container, sh(&format!("touch {marker}")), who).await?;
+        if code != 0 {
+            return Err(Error::Other(format!("cannot start the agent after init: {}", output.trim_end())));
+        }
         Ok(())
     }
 
@@ -279,18 +289,11 @@ impl<R: Runtime> Engine<'_, R> {
     async fn teardown(&self, record: &Record, how: Teardown) -> Result<Option<Archived>> {
         // The container goes first, so nothing writes to the workspace any more.
         // Only a container this sandbox's journal says it created is touched.
-        let scope = UndoScope {
-            workspaces_dir: &self.home.workspaces_dir(),
-            keep_branch: how.keep_branch,
-        };
-        let (containers, workspace_steps): (Vec<&Step>, Vec<&Step>) = record
-            .journal
-            .iter()
-            .partition(|s| matches!(s, Step::Container { .. }));
+        let scope = UndoScope { workspaces_dir: &self.home.workspaces_dir(), keep_branch: how.keep_branch };
+        let (containers, workspace_steps): (Vec<&Step>, Vec<&Step>) =
+            record.journal.iter().partition(|s| matches!(s, Step::Container { .. }));
         if how.graceful && !containers.is_empty() {
-            self.runtime
-                .stop(&record.container, record.stop_timeout)
-                .await?;
+            self.runtime.stop(&record.container, record.stop_timeout).await?;
         }
         for step in containers {
             step.undo(record, self.runtime, &scope).await?;
@@ -302,9 +305,7 @@ impl<R: Runtime> Engine<'_, R> {
         };
         let archived = match &record.workspace {
             // Work exists only on a branch this sandbox created.
-            WorkspaceRecord::GitWorktree(g)
-                if !how.discard && record.journal.contains(&Step::GitBranch) =>
-            {
+            WorkspaceRecord::GitWorktree(g) if !how.discard && record.journal.contains(&Step::GitBranch) => {
                 self.step("archiving the agent's work");
                 let archived = g.archive(&record.name, &timestamp()).map_err(|e| {
                     Error::WouldLoseData(format!(
@@ -333,12 +334,7 @@ impl<R: Runtime> Engine<'_, R> {
         let Some(mut record) = self.home.load(name)? else {
             // No record: only a container this home labelled (e.g. a record deleted
             // by hand) is ours to remove.
-            let orphan = self
-                .runtime
-                .list(&self.home.label())
-                .await?
-                .into_iter()
-                .find(|c| c.sandbox == name.as_str());
+            let orphan = self.runtime.list(&self.home.label()).await?.into_iter().find(|c| c.sandbox == name.as_str());
             return match orphan {
                 Some(c) => {
                     self.runtime.remove(&c.name).await?;
@@ -360,11 +356,7 @@ impl<R: Runtime> Engine<'_, R> {
         self.home.save(&record)?;
 
         self.step(&format!("stopping container {}", record.container));
-        let how = Teardown {
-            graceful: true,
-            keep_branch: opts.keep_branch,
-            discard: opts.discard,
-        };
+        let how = Teardown { graceful: true, keep_branch: opts.keep_branch, discard: opts.discard };
         let archived = self.teardown(&record, how).await?;
         self.progress.finish();
         drop(lock);
@@ -383,10 +375,7 @@ impl<R: Runtime> Engine<'_, R> {
     pub async fn list(&self) -> Result<Vec<SandboxRow>> {
         let records = self.home.load_all()?;
         let containers = self.runtime.list(&self.home.label()).await?;
-        let mut by_sandbox: HashMap<String, String> = containers
-            .into_iter()
-            .map(|c| (c.sandbox, c.state))
-            .collect();
+        let mut by_sandbox: HashMap<String, String> = containers.into_iter().map(|c| (c.sandbox, c.state)).collect();
         let mut rows = Vec::with_capacity(records.len());
         for r in records {
             let container_state = by_sandbox.remove(r.name.as_str());
@@ -428,10 +417,7 @@ impl<R: Runtime> Engine<'_, R> {
     pub fn find_archive(&self, name: &SandboxName, wanted: Option<&str>) -> Result<ArchiveEntry> {
         let all = self.home.archives(name)?;
         let found = match wanted {
-            Some(w) => all
-                .into_iter()
-                .rev()
-                .find(|a| a.refname == w || a.refname.ends_with(&format!("/{w}"))),
+            Some(w) => all.into_iter().rev().find(|a| a.refname == w || a.refname.ends_with(&format!("/{w}"))),
             None => all.into_iter().next_back(),
         };
         found.ok_or_else(|| {
@@ -468,12 +454,7 @@ impl<R: Runtime> Engine<'_, R> {
         let container = self.runtime.inspect(&record.container).await?;
         let state = container.as_ref().map(|c| c.state.as_str());
         let status = self.status_word(&record, state)?;
-        Ok(SandboxStatus {
-            git,
-            row: SandboxRow::new(&record, status),
-            record,
-            container,
-        })
+        Ok(SandboxStatus { git, row: SandboxRow::new(&record, status), record, container })
     }
 
     /// The record of an existing sandbox, or a not-found error naming it.
@@ -484,15 +465,14 @@ impl<R: Runtime> Engine<'_, R> {
     pub async fn start(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.home.lock_sandbox(name)?;
         let record = self.ready_record(name).await?;
-        self.runtime.start(&record.container).await
+        self.runtime.start(&record.container).await?;
+        self.run_init(&record).await
     }
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.home.lock_sandbox(name)?;
         let record = self.ready_record(name).await?;
-        self.runtime
-            .stop(&record.container, record.stop_timeout)
-            .await
+        self.runtime.stop(&record.container, record.stop_timeout).await
     }
 
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {
@@ -532,11 +512,83 @@ impl ArchiveEntry {
     }
 }
 
+/// Where the image comes from: `--image`, else the template's image, build or host tools.
+fn image_source(req: &UpRequest) -> Result<ImageSource> {
+    let t = &req.template.template;
+    let name = req.template.name.clone();
+    if let Some(image) = req.image.clone().or_else(|| t.image.clone()) {
+        return Ok(ImageSource::Reference(image));
+    }
+    if let Some(spec) = &t.host_image {
+        return Ok(ImageSource::Host { template: name, spec: spec.clone() });
+    }
+    let build = t.build.as_ref().expect("templates are validated to name an image source");
+    let context = match (req.template.dir(), req.template.builtin_dockerfile) {
+        (_, Some(dockerfile)) => BuildContext::Embedded { dockerfile },
+        (Some(dir), None) => BuildContext::Dir { dir: dir.join(&build.context), dockerfile: build.dockerfile.clone() },
+        (None, None) => return Err(Error::other(format!("template {name} has `build` but no directory to build in"))),
+    };
+    Ok(ImageSource::Build { template: name, context })
+}
+
+/// The agent's secret environment: (VAR, secret name) for each secret the template
+/// asks for, all of which must have been given.
+fn secret_env(req: &UpRequest) -> Result<Vec<(String, String)>> {
+    let t = &req.template;
+    let mut out = Vec::new();
+    for (var, secret) in &t.template.agent.secrets {
+        if !req.secrets.iter().any(|s| &s.name == secret) {
+            return Err(Error::Usage(format!(
+                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value",
+                t.name
+            )));
+        }
+        out.push((var.clone(), secret.clone()));
+    }
+    Ok(out)
+}
+
+/// The template's extra mounts (sources resolved and checked) and one read-only
+/// mount per secret file at /run/secrets/<name>.
+fn extra_mounts(req: &UpRequest) -> Result<Vec<Mount>> {
+    let mut mounts = Vec::new();
+    for m in &req.template.template.mounts {
+        let source = if let Some(rest) = m.source.strip_prefix("~/") {
+            let home = std::env::var_os("HOME")
+                .ok_or_else(|| Error::Usage("HOME is not set, so `~/` in a mount cannot be resolved".into()))?;
+            PathBuf::from(home).join(rest)
+        } else if m.source.starts_with('/') {
+            PathBuf::from(&m.source)
+        } else {
+            match req.template.dir() {
+                Some(dir) => dir.join(&m.source),
+                None => PathBuf::from(&m.source),
+            }
+        };
+        let source = source.canonicalize().map_err(|e| {
+            Error::Usage(format!(
+                "template {} mounts {} ({e}); create it or remove the mount from the template",
+                req.template.name,
+                source.display()
+            ))
+        })?;
+        if source.to_string_lossy().contains("docker.sock") {
+            return Err(Error::Usage(format!("{} resolves to the Docker socket, which forage never mounts", m.source)));
+        }
+        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
+    }
+    for s in &req.secrets {
+        mounts.push(Mount {
+            source: s.path.clone(),
+            target: format!("{}/{}", launcher::SECRETS_DIR, s.name),
+            read_only: true,
+        });
+    }
+    Ok(mounts)
+}
+
 fn not_found(name: &SandboxName) -> Error {
-    Error::NotFound(format!(
-        "no sandbox named {:?}; `forage-ctl list` shows the existing ones",
-        name.as_str()
-    ))
+    Error::NotFound(format!("no sandbox named {:?}; `forage-ctl list` shows the existing ones", name.as_str()))
 }
 
 /// What `status` tells of a git-worktree sandbox.
@@ -571,9 +623,7 @@ struct Teardown {
 
 /// `20261121T080203Z`: sortable, and valid in a git ref name.
 fn timestamp() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now())
-        .to_string()
-        .replace(['-', ':'], "")
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string().replace(['-', ':'], "")
 }
 
 #[derive(Debug, Clone, Serialize)]

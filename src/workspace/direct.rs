@@ -27,17 +27,13 @@ impl DirectPath {
             )));
         }
         std::fs::read_dir(raw).map_err(|e| {
-            Error::Workspace(format!(
-                "workspace path {shown:?} cannot be read ({e}); check its permissions"
-            ))
+            Error::Workspace(format!("workspace path {shown:?} cannot be read ({e}); check its permissions"))
         })?;
-        let canonical = raw.canonicalize().map_err(|e| {
-            Error::Workspace(format!("cannot resolve workspace path {shown:?}: {e}"))
-        })?;
+        let canonical = raw
+            .canonicalize()
+            .map_err(|e| Error::Workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
         if canonical == Path::new("/") {
-            return Err(Error::Workspace(
-                "refusing to mount / as a workspace; pass a project directory".into(),
-            ));
+            return Err(Error::Workspace("refusing to mount / as a workspace; pass a project directory".into()));
         }
         Ok(DirectPath(canonical))
     }

@@ -59,9 +59,7 @@ impl GitRequest {
     ) -> Result<Self> {
         let shown = raw.display();
         if !raw.exists() {
-            return Err(ws_err(format!(
-                "repository path {shown:?} does not exist; pass the path of a git repository"
-            )));
+            return Err(ws_err(format!("repository path {shown:?} does not exist; pass the path of a git repository")));
         }
         let repo = Repository::discover(raw).map_err(|_| {
             ws_err(format!(
@@ -83,13 +81,8 @@ impl GitRequest {
                         top.display()
                     ))
                 })?;
-                let commit = obj
-                    .peel_to_commit()
-                    .map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
-                let full = repo
-                    .resolve_reference_from_short_name(rev)
-                    .ok()
-                    .and_then(|r| r.name().map(str::to_owned));
+                let commit = obj.peel_to_commit().map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
+                let full = repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().map(str::to_owned));
                 (commit, full.filter(|n| n.starts_with("refs/heads/")))
             }
             None => {
@@ -102,19 +95,14 @@ impl GitRequest {
                     _ => ws_err(format!("cannot read HEAD of {}: {e}", top.display())),
                 })?;
                 let commit = head.peel_to_commit().map_err(ws_err)?;
-                let name = head
-                    .is_branch()
-                    .then(|| head.name().map(str::to_owned))
-                    .flatten();
+                let name = head.is_branch().then(|| head.name().map(str::to_owned)).flatten();
                 (commit, name)
             }
         };
 
         let branch = branch.map(str::to_owned).unwrap_or_else(|| name.branch());
         if !git2::Branch::name_is_valid(&branch).unwrap_or(false) {
-            return Err(Error::Usage(format!(
-                "--branch {branch:?} is not a valid git branch name"
-            )));
+            return Err(Error::Usage(format!("--branch {branch:?} is not a valid git branch name")));
         }
         if repo.find_branch(&branch, BranchType::Local).is_ok() {
             return Err(Error::Conflict(format!(
@@ -153,23 +141,15 @@ impl GitRequest {
 
 impl GitWorkspace {
     fn open(&self) -> Result<Repository> {
-        Repository::open(&self.common_dir)
-            .map_err(|e| ws_err(format!("opening {}: {e}", self.repo.display())))
+        Repository::open(&self.common_dir).map_err(|e| ws_err(format!("opening {}: {e}", self.repo.display())))
     }
 
     /// Creates the branch at the base commit. Fails (changing nothing) if it exists.
     pub fn create_branch(&self) -> Result<()> {
         let repo = self.open()?;
-        let base = repo
-            .find_commit(Oid::from_str(&self.base).map_err(ws_err)?)
-            .map_err(ws_err)?;
-        repo.branch(&self.branch, &base, false).map_err(|e| {
-            ws_err(format!(
-                "creating branch {} in {}: {e}",
-                self.branch,
-                self.repo.display()
-            ))
-        })?;
+        let base = repo.find_commit(Oid::from_str(&self.base).map_err(ws_err)?).map_err(ws_err)?;
+        repo.branch(&self.branch, &base, false)
+            .map_err(|e| ws_err(format!("creating branch {} in {}: {e}", self.branch, self.repo.display())))?;
         Ok(())
     }
 
@@ -179,20 +159,12 @@ impl GitWorkspace {
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent).map_err(ws_err)?;
         }
-        let branch = repo
-            .find_branch(&self.branch, BranchType::Local)
-            .map_err(ws_err)?;
+        let branch = repo.find_branch(&self.branch, BranchType::Local).map_err(ws_err)?;
         let reference = branch.into_reference();
         let mut opts = git2::WorktreeAddOptions::new();
         opts.reference(Some(&reference));
         repo.worktree(&self.worktree_id, &self.path, Some(&opts))
-            .map_err(|e| {
-                ws_err(format!(
-                    "adding worktree {} of {}: {e}",
-                    self.path.display(),
-                    self.repo.display()
-                ))
-            })?;
+            .map_err(|e| ws_err(format!("adding worktree {} of {}: {e}", self.path.display(), self.repo.display())))?;
         self.create_guarded_paths(&repo)
     }
 
@@ -209,17 +181,9 @@ impl GitWorkspace {
     /// belongs to other checkouts (the main HEAD, other worktrees). A read-only bind
     /// cannot be replaced either: git's lockfile-and-rename fails on a mount point.
     pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
-        let bind = |p: PathBuf, read_only: bool| Mount {
-            target: p.display().to_string(),
-            source: p,
-            read_only,
-        };
+        let bind = |p: PathBuf, read_only: bool| Mount { target: p.display().to_string(), source: p, read_only };
         let mut mounts = vec![
-            Mount {
-                source: self.path.clone(),
-                target: WORKSPACE_TARGET.into(),
-                read_only,
-            },
+            Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only },
             bind(self.common_dir.clone(), read_only),
         ];
         let admin = self.admin_dir();
@@ -231,12 +195,7 @@ impl GitWorkspace {
             self.common_dir.join("worktrees"),
             admin.join("config.worktree"),
         ];
-        mounts.extend(
-            guarded
-                .into_iter()
-                .filter(|p| p.exists())
-                .map(|p| bind(p, true)),
-        );
+        mounts.extend(guarded.into_iter().filter(|p| p.exists()).map(|p| bind(p, true)));
         mounts.push(bind(admin, read_only));
         mounts
     }
@@ -268,8 +227,7 @@ impl GitWorkspace {
         if let Ok(wt) = repo.find_worktree(&self.worktree_id) {
             let mut opts = git2::WorktreePruneOptions::new();
             opts.valid(true).locked(false).working_tree(true);
-            wt.prune(Some(&mut opts))
-                .map_err(|e| ws_err(format!("removing worktree {}: {e}", self.path.display())))?;
+            wt.prune(Some(&mut opts)).map_err(|e| ws_err(format!("removing worktree {}: {e}", self.path.display())))?;
         }
         // Only a path forage made (under its workspaces dir) is ever deleted.
         if self.path.starts_with(workspaces_dir) && self.path.exists() {
@@ -283,9 +241,7 @@ impl GitWorkspace {
         let repo = self.open()?;
         let found = repo.find_branch(&self.branch, BranchType::Local);
         match found {
-            Ok(mut b) => b
-                .delete()
-                .map_err(|e| ws_err(format!("deleting branch {}: {e}", self.branch))),
+            Ok(mut b) => b.delete().map_err(|e| ws_err(format!("deleting branch {}: {e}", self.branch))),
             Err(_) => Ok(()),
         }
     }
@@ -298,22 +254,14 @@ impl GitWorkspace {
         }
         let repo = Repository::open(&self.path).map_err(ws_err)?;
         let mut opts = StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false);
+        opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false);
         let statuses = repo.statuses(Some(&mut opts)).map_err(ws_err)?;
-        Ok(statuses
-            .iter()
-            .filter_map(|s| s.path().map(str::to_owned))
-            .collect())
+        Ok(statuses.iter().filter_map(|s| s.path().map(str::to_owned)).collect())
     }
 
     /// The branch's tip, if the branch still exists.
     fn tip(&self, repo: &Repository) -> Option<Oid> {
-        repo.find_branch(&self.branch, BranchType::Local)
-            .ok()?
-            .get()
-            .target()
+        repo.find_branch(&self.branch, BranchType::Local).ok()?.get().target()
     }
 
     /// Commits on the branch since its base that no other branch contains.
@@ -374,19 +322,9 @@ impl GitWorkspace {
             self.commit_dirty_tree(tip, name)?
         };
         let refname = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}");
-        repo.reference(
-            &refname,
-            target,
-            false,
-            &format!("forage: archive of sandbox {name}"),
-        )
-        .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
-        Ok(Some(Archived {
-            refname,
-            commit: target.to_string(),
-            commits: unique,
-            dirty_files: dirty,
-        }))
+        repo.reference(&refname, target, false, &format!("forage: archive of sandbox {name}"))
+            .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
+        Ok(Some(Archived { refname, commit: target.to_string(), commits: unique, dirty_files: dirty }))
     }
 
     /// Commits everything in the worktree that git would see (not ignored files)
@@ -394,49 +332,35 @@ impl GitWorkspace {
     fn commit_dirty_tree(&self, parent: Option<Oid>, name: &SandboxName) -> Result<Oid> {
         let wt_repo = Repository::open(&self.path).map_err(ws_err)?;
         let mut index = wt_repo.index().map_err(ws_err)?;
-        index
-            .add_all(["*"], IndexAddOption::DEFAULT, None)
-            .map_err(ws_err)?;
+        index.add_all(["*"], IndexAddOption::DEFAULT, None).map_err(ws_err)?;
         index.update_all(["*"], None).map_err(ws_err)?;
         let tree_id = index.write_tree().map_err(ws_err)?;
         let tree = wt_repo.find_tree(tree_id).map_err(ws_err)?;
-        let sig = wt_repo
-            .signature()
-            .or_else(|_| Signature::now("forage", "forage@localhost"))
-            .map_err(ws_err)?;
-        let parent = parent
-            .map(|p| wt_repo.find_commit(p))
-            .transpose()
-            .map_err(ws_err)?;
+        let sig = wt_repo.signature().or_else(|_| Signature::now("forage", "forage@localhost")).map_err(ws_err)?;
+        let parent = parent.map(|p| wt_repo.find_commit(p)).transpose().map_err(ws_err)?;
         let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let message = format!("forage: uncommitted work of sandbox {name}\n\nArchived by `forage-ctl down` from {}.\n", self.path.display());
-        wt_repo
-            .commit(None, &sig, &sig, &message, &tree, &parents)
-            .map_err(ws_err)
+        let message = format!(
+            "forage: uncommitted work of sandbox {name}\n\nArchived by `forage-ctl down` from {}.\n",
+            self.path.display()
+        );
+        wt_repo.commit(None, &sig, &sig, &message, &tree, &parents).map_err(ws_err)
     }
 }
 
 /// Creates `branch` at the commit `archive_ref` points to.
 pub fn restore_branch(common_dir: &Path, archive_ref: &str, branch: &str) -> Result<()> {
-    let repo = Repository::open(common_dir)
-        .map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
+    let repo = Repository::open(common_dir).map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
     let commit = repo
         .find_reference(archive_ref)
         .and_then(|r| r.peel_to_commit())
-        .map_err(|_| {
-            Error::NotFound(format!(
-                "{archive_ref} no longer exists in {}",
-                common_dir.display()
-            ))
-        })?;
+        .map_err(|_| Error::NotFound(format!("{archive_ref} no longer exists in {}", common_dir.display())))?;
     if repo.find_branch(branch, BranchType::Local).is_ok() {
         return Err(Error::Conflict(format!(
             "branch {branch:?} already exists in {}; pass --branch with another name",
             common_dir.display()
         )));
     }
-    repo.branch(branch, &commit, false)
-        .map_err(|e| ws_err(format!("creating branch {branch}: {e}")))?;
+    repo.branch(branch, &commit, false).map_err(|e| ws_err(format!("creating branch {branch}: {e}")))?;
     Ok(())
 }
 
@@ -454,9 +378,7 @@ pub struct Archived {
 /// The author identity git uses inside the container, taken from the host's git
 /// config so commits look like the user's own; a neutral one if there is none.
 pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
-    let config = Repository::open(repo)
-        .and_then(|r| r.config())
-        .or_else(|_| git2::Config::open_default());
+    let config = Repository::open(repo).and_then(|r| r.config()).or_else(|_| git2::Config::open_default());
     let get = |key: &str| config.as_ref().ok().and_then(|c| c.get_string(key).ok());
     let name = get("user.name").unwrap_or_else(|| "forage agent".into());
     let email = get("user.email").unwrap_or_else(|| "agent@forage.invalid".into());

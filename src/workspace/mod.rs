@@ -65,11 +65,9 @@ impl WorkspaceRecord {
     /// The bind mounts that make the workspace appear at /workspace.
     pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
         match self {
-            WorkspaceRecord::Direct { path } => vec![Mount {
-                source: path.clone(),
-                target: WORKSPACE_TARGET.into(),
-                read_only,
-            }],
+            WorkspaceRecord::Direct { path } => {
+                vec![Mount { source: path.clone(), target: WORKSPACE_TARGET.into(), read_only }]
+            }
             WorkspaceRecord::GitWorktree(g) => g.mounts(read_only),
         }
     }
