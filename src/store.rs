@@ -287,6 +287,7 @@ pub struct Record {
     pub container: String,
     pub workspace: WorkspaceRecord,
     /// Seconds between the stop signal and SIGKILL, fixed when the sandbox was made.
+    #[serde(default = "default_stop_timeout")]
     pub stop_timeout: u32,
     /// The template's init commands, run once per container before the agent.
     #[serde(default)]
@@ -296,6 +297,10 @@ pub struct Record {
     pub secrets: Vec<String>,
     /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
     pub journal: Vec<Step>,
+}
+
+fn default_stop_timeout() -> u32 {
+    10
 }
 
 /// Where `down` put a sandbox's work, so `restore` can bring it back.

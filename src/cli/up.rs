@@ -5,7 +5,7 @@ use clap::Args;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::{Cancel, Engine, SecretFile, UpRequest};
+use crate::sandbox::{ensure_name_free, Cancel, Engine, SecretFile, UpRequest};
 use crate::template::{self, Network, DEFAULT_TEMPLATE};
 use crate::workspace::git::GitRequest;
 use crate::workspace::{detect_mode, direct::DirectPath, Mode, WorkspaceRequest};
@@ -138,6 +138,7 @@ pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
 
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     // Everything that can be checked without Docker is checked first.
+    ensure_name_free(&ctx.home, &args.name)?;
     let template = template::resolve(&args.template)?;
     if let Some(memory) = &args.memory {
         template::parse_memory(memory).map_err(Error::Usage)?;

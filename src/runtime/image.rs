@@ -38,7 +38,8 @@ pub const LABEL_IMAGE_KEY: &str = "forage.image.key";
 /// The tools that exist on this host, resolved on PATH: (name, host path).
 fn resolve_tools(spec: &HostImage) -> Result<Vec<(String, PathBuf)>> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    // Relative PATH entries would make the image depend on the current directory.
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).filter(|d| d.is_absolute()).collect();
     let mut found = Vec::new();
     for tool in &spec.tools {
         let hit = dirs.iter().map(|d| d.join(tool)).find(|p| is_executable(p));

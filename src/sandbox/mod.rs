@@ -102,13 +102,7 @@ impl<R: Runtime> Engine<'_, R> {
         };
 
         let lock = self.home.lock_sandbox(&req.name)?;
-        if self.home.load(&req.name)?.is_some() {
-            return Err(Error::Conflict(format!(
-                "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {}`",
-                req.name.as_str(),
-                req.name
-            )));
-        }
+        ensure_name_free(&self.home, &req.name)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
         self.cancel.check()?;
 
@@ -585,6 +579,19 @@ fn extra_mounts(req: &UpRequest) -> Result<Vec<Mount>> {
         });
     }
     Ok(mounts)
+}
+
+/// Fails with `Conflict` if a sandbox of this name exists. `up` checks this first,
+/// before validating its workspace, so that the message is about the name; and
+/// again under the sandbox lock, where it counts.
+pub fn ensure_name_free(home: &Home, name: &SandboxName) -> Result<()> {
+    if home.load(name)?.is_some() {
+        return Err(Error::Conflict(format!(
+            "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {name}`",
+            name.as_str()
+        )));
+    }
+    Ok(())
 }
 
 fn not_found(name: &SandboxName) -> Error {

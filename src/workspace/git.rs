@@ -100,9 +100,15 @@ impl GitRequest {
             }
         };
 
+        let given_branch = branch.is_some();
         let branch = branch.map(str::to_owned).unwrap_or_else(|| name.branch());
         if !git2::Branch::name_is_valid(&branch).unwrap_or(false) {
-            return Err(Error::Usage(format!("--branch {branch:?} is not a valid git branch name")));
+            return Err(Error::Usage(match given_branch {
+                true => format!("--branch {branch:?} is not a valid git branch name"),
+                false => format!(
+                    "sandbox name {name:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch"
+                ),
+            }));
         }
         if repo.find_branch(&branch, BranchType::Local).is_ok() {
             return Err(Error::Conflict(format!(
@@ -114,7 +120,7 @@ impl GitRequest {
         let worktree_id = name.branch();
         if common_dir.join("worktrees").join(&worktree_id).exists() {
             return Err(Error::Conflict(format!(
-                "{} already has a worktree named {worktree_id}; if it is stale, remove it with `git -C {:?} worktree remove --force {worktree_id}`",
+                "{} already has a worktree named {worktree_id}, made by a sandbox of this name in another FORAGE_HOME or left over; `git -C {:?} worktree list` shows where it is checked out: remove it only once nothing there is needed, or pick another sandbox name",
                 top.display(),
                 top
             )));
@@ -178,7 +184,8 @@ impl GitWorkspace {
     /// writable, because commits need objects/, refs/, logs/ and packed-refs.lock
     /// beside them. Read-only on top of it: everything through which code could
     /// later run on the host (config, config.worktree, hooks) and everything that
-    /// belongs to other checkouts (the main HEAD, other worktrees). A read-only bind
+    /// belongs to other checkouts (the main HEAD and index, other worktrees), and
+    /// the worktree's own `.git` link. A read-only bind
     /// cannot be replaced either: git's lockfile-and-rename fails on a mount point.
     pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
         let bind = |p: PathBuf, read_only: bool| Mount { target: p.display().to_string(), source: p, read_only };
@@ -192,11 +199,19 @@ impl GitWorkspace {
             self.common_dir.join("config.worktree"),
             self.common_dir.join("hooks"),
             self.common_dir.join("HEAD"),
+            self.common_dir.join("index"),
             self.common_dir.join("worktrees"),
             admin.join("config.worktree"),
         ];
         mounts.extend(guarded.into_iter().filter(|p| p.exists()).map(|p| bind(p, true)));
         mounts.push(bind(admin, read_only));
+        // The worktree's `gitdir:` link: were it writable, an agent could point it at
+        // a repository of its own, with config that runs when the host uses git there.
+        mounts.push(Mount {
+            source: self.path.join(".git"),
+            target: format!("{WORKSPACE_TARGET}/.git"),
+            read_only: true,
+        });
         mounts
     }
 
@@ -321,7 +336,13 @@ impl GitWorkspace {
         } else {
             self.commit_dirty_tree(tip, name)?
         };
-        let refname = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}");
+        // Two downs of one name within a second get distinct refs.
+        let mut refname = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}");
+        let mut n = 1;
+        while repo.find_reference(&refname).is_ok() {
+            refname = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{n}");
+            n += 1;
+        }
         repo.reference(&refname, target, false, &format!("forage: archive of sandbox {name}"))
             .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
         Ok(Some(Archived { refname, commit: target.to_string(), commits: unique, dirty_files: dirty }))
@@ -387,8 +408,8 @@ pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
         ("GIT_AUTHOR_EMAIL".into(), email.clone()),
         ("GIT_COMMITTER_NAME".into(), name),
         ("GIT_COMMITTER_EMAIL".into(), email),
-        // The repository's git directory is read-only inside: no automatic gc or
-        // maintenance, which would try to write outside objects/ and refs/.
+        // No automatic gc or maintenance inside: repacking the host's repository is
+        // the user's business, not the agent's, and it would race other sandboxes.
         ("GIT_CONFIG_COUNT".into(), "2".into()),
         ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
         ("GIT_CONFIG_VALUE_0".into(), "0".into()),

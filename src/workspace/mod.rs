@@ -73,13 +73,19 @@ impl WorkspaceRecord {
     }
 }
 
-/// `--repo REPO`: jj when REPO holds `.jj/`, else git.
+/// `--repo REPO`: the nearest enclosing repository decides, jj if it holds `.jj/`
+/// (colocated jj+git repositories included), else git.
 pub fn detect_mode(repo: &Path) -> Mode {
-    if repo.join(".jj").is_dir() {
-        Mode::Jj
-    } else {
-        Mode::GitWorktree
+    let start = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
+    for dir in start.ancestors() {
+        if dir.join(".jj").is_dir() {
+            return Mode::Jj;
+        }
+        if dir.join(".git").exists() {
+            return Mode::GitWorktree;
+        }
     }
+    Mode::GitWorktree
 }
 
 /// A workspace the user asked for, validated but not yet created.

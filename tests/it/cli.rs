@@ -6,22 +6,12 @@ use crate::support::*;
 fn templates_lists_the_builtin_default_with_its_origin() {
     let env = Env::new();
     let out = env.ok(&["templates"]);
-    let shell = out
-        .lines()
-        .find(|l| l.starts_with("shell "))
-        .unwrap_or_else(|| panic!("{out}"));
+    let shell = out.lines().find(|l| l.starts_with("shell ")).unwrap_or_else(|| panic!("{out}"));
     assert!(shell.contains("built-in"), "{shell}");
     let json: serde_json::Value = serde_json::from_str(&env.ok(&["templates", "--json"])).unwrap();
-    assert!(json
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["name"] == "shell" && t["origin"]["kind"] == "builtin"));
+    assert!(json.as_array().unwrap().iter().any(|t| t["name"] == "shell" && t["origin"]["kind"] == "builtin"));
     let shown = env.ok(&["templates", "show", "shell"]);
-    assert!(
-        shown.contains("host_image:") && shown.contains("stop_signal: SIGHUP"),
-        "{shown}"
-    );
+    assert!(shown.contains("host_image:") && shown.contains("stop_signal: SIGHUP"), "{shown}");
     env.fails(&["templates", "show", "nope"], 3);
 }
 
@@ -29,17 +19,10 @@ fn templates_lists_the_builtin_default_with_its_origin() {
 fn completions_and_man_page() {
     let env = Env::new();
     let bash = env.ok(&["completions", "bash"]);
-    assert!(
-        bash.contains("forage-ctl") && bash.contains("attach"),
-        "bash completions"
-    );
+    assert!(bash.contains("forage-ctl") && bash.contains("attach"), "bash completions");
     let zsh = env.ok(&["completions", "zsh"]);
     assert!(zsh.contains("#compdef forage-ctl"));
     let man = env.ok(&["man"]);
-    assert!(
-        man.contains(".TH forage-ctl"),
-        "{}",
-        &man[..200.min(man.len())]
-    );
+    assert!(man.contains(".TH forage-ctl"), "{}", &man[..200.min(man.len())]);
     env.fails(&["completions", "tcsh"], 2);
 }

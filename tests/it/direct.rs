@@ -14,17 +14,18 @@ fn up_exec_list_down_leaves_the_host_directory_as_the_agent_left_it() {
     std::fs::write(ws.join("README"), "hello\n").unwrap();
     env.ok(&["up", "demo", "--workspace", ws.to_str().unwrap()]);
 
-    env.ok(&["exec", "demo", "--", "sh", "-c", "echo from-agent > /workspace/agent.txt && mkdir /workspace/sub && echo x > /workspace/sub/y"]);
+    env.ok(&[
+        "exec",
+        "demo",
+        "--",
+        "sh",
+        "-c",
+        "echo from-agent > /workspace/agent.txt && mkdir /workspace/sub && echo x > /workspace/sub/y",
+    ]);
     let written = ws.join("agent.txt");
     assert_eq!(std::fs::read_to_string(&written).unwrap(), "from-agent\n");
     let meta = std::fs::metadata(&written).unwrap();
-    assert_eq!(
-        (meta.uid(), meta.gid()),
-        (
-            nix::unistd::getuid().as_raw(),
-            nix::unistd::getgid().as_raw()
-        )
-    );
+    assert_eq!((meta.uid(), meta.gid()), (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()));
 
     let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
     let rows = list.as_array().unwrap();
@@ -33,24 +34,14 @@ fn up_exec_list_down_leaves_the_host_directory_as_the_agent_left_it() {
     assert_eq!(rows[0]["status"], "running");
     assert_eq!(rows[0]["mode"], "direct");
     assert_eq!(rows[0]["template"], "shell");
-    assert_eq!(
-        rows[0]["workspace"],
-        ws.canonicalize().unwrap().to_str().unwrap()
-    );
+    assert_eq!(rows[0]["workspace"], ws.canonicalize().unwrap().to_str().unwrap());
     assert_eq!(env.ok(&["ls", "-q"]), "demo\n");
 
     let before = snapshot(&ws);
     env.ok(&["down", "demo"]);
     assert!(inspect("forage-demo-never").is_none());
-    assert_eq!(
-        snapshot(&ws),
-        before,
-        "down must not modify a direct workspace"
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("README")).unwrap(),
-        "hello\n"
-    );
+    assert_eq!(snapshot(&ws), before, "down must not modify a direct workspace");
+    assert_eq!(std::fs::read_to_string(ws.join("README")).unwrap(), "hello\n");
     env.assert_nothing_left();
     assert_eq!(env.ok(&["list", "--json"]).trim(), "[]");
 }
@@ -75,9 +66,7 @@ fn the_container_has_the_security_defaults() {
     let mounts = c.mounts.unwrap();
     assert_eq!(mounts.len(), 1, "only the workspace is mounted: {mounts:?}");
     assert_eq!(mounts[0].destination.as_deref(), Some("/workspace"));
-    assert!(mounts
-        .iter()
-        .all(|m| !m.source.as_deref().unwrap_or("").contains("docker.sock")));
+    assert!(mounts.iter().all(|m| !m.source.as_deref().unwrap_or("").contains("docker.sock")));
     let config = c.config.unwrap();
     let me = format!("{}:{}", nix::unistd::getuid(), nix::unistd::getgid());
     assert_eq!(config.user.as_deref(), Some(me.as_str()));
@@ -92,10 +81,7 @@ fn the_container_has_the_security_defaults() {
     let out = env.ok(&["exec", "secure", "--", "sh", "-c", "id -u; grep CapEff /proc/self/status; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo $HOME; touch $HOME/w && echo home-writable; grep -c \":$(id -u):\" /etc/passwd"]);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], nix::unistd::getuid().to_string());
-    assert!(
-        lines[1].ends_with("0000000000000000"),
-        "no effective capabilities: {out}"
-    );
+    assert!(lines[1].ends_with("0000000000000000"), "no effective capabilities: {out}");
     assert!(lines[2].contains("init"), "PID 1 is Docker's init: {out}");
     assert_eq!(lines[3], "/home/agent");
     assert_eq!(lines[4], "home-writable");
@@ -109,56 +95,23 @@ fn exec_returns_the_command_exit_code_and_forwards_stdin() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     env.ok(&["up", "codes", "--workspace", ws.to_str().unwrap()]);
-    let out = env.run(&[
-        "exec",
-        "codes",
-        "--",
-        "sh",
-        "-c",
-        "echo out; echo err >&2; exit 42",
-    ]);
+    let out = env.run(&["exec", "codes", "--", "sh", "-c", "echo out; echo err >&2; exit 42"]);
     assert_eq!(out.status.code(), Some(42), "{}", describe(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
 
     let mut child = env
-        .cmd(&[
-            "exec",
-            "-i",
-            "codes",
-            "--",
-            "sh",
-            "-c",
-            "cat > /workspace/in.txt",
-        ])
+        .cmd(&["exec", "-i", "codes", "--", "sh", "-c", "cat > /workspace/in.txt"])
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"piped input\n")
-        .unwrap();
+    child.stdin.take().unwrap().write_all(b"piped input\n").unwrap();
     assert!(child.wait().unwrap().success());
-    assert_eq!(
-        std::fs::read_to_string(ws.join("in.txt")).unwrap(),
-        "piped input\n"
-    );
+    assert_eq!(std::fs::read_to_string(ws.join("in.txt")).unwrap(), "piped input\n");
 
     // shell without a terminal reads commands from stdin.
-    let mut child = env
-        .cmd(&["shell", "codes"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"echo in-shell; exit 5\n")
-        .unwrap();
+    let mut child = env.cmd(&["shell", "codes"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"echo in-shell; exit 5\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(5));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "in-shell\n");
@@ -171,25 +124,15 @@ fn attach_and_logs_reach_the_agent() {
     let ws = env.mkdir("ws");
     env.ok(&["up", "talk", "--workspace", ws.to_str().unwrap()]);
     // Typing into the attached terminal runs commands in the agent's shell.
-    let mut attach = env
-        .cmd(&["attach", "talk"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut attach = env.cmd(&["attach", "talk"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut stdin = attach.stdin.take().unwrap();
-    stdin
-        .write_all(b"echo attached-marker > /workspace/attached.txt\n")
-        .unwrap();
+    stdin.write_all(b"echo attached-marker > /workspace/attached.txt\n").unwrap();
     stdin.flush().unwrap();
     let arrived = eventually(20, || ws.join("attached.txt").exists());
     attach.kill().unwrap();
     let _ = attach.wait();
     assert!(arrived, "a command typed through attach did not run");
-    assert_eq!(
-        std::fs::read_to_string(ws.join("attached.txt")).unwrap(),
-        "attached-marker\n"
-    );
+    assert_eq!(std::fs::read_to_string(ws.join("attached.txt")).unwrap(), "attached-marker\n");
 
     // The agent's terminal output is in its logs.
     let logs = env.ok(&["logs", "talk"]);
@@ -204,34 +147,20 @@ fn stop_start_restart_keep_the_workspace() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     env.ok(&["up", "cycle", "--workspace", ws.to_str().unwrap()]);
-    env.ok(&[
-        "exec",
-        "cycle",
-        "--",
-        "sh",
-        "-c",
-        "echo kept > /workspace/k",
-    ]);
+    env.ok(&["exec", "cycle", "--", "sh", "-c", "echo kept > /workspace/k"]);
     let status = |env: &Env| -> String {
-        let v: serde_json::Value =
-            serde_json::from_str(&env.ok(&["status", "cycle", "--json"])).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "cycle", "--json"])).unwrap();
         v["status"].as_str().unwrap().to_owned()
     };
     env.ok(&["stop", "cycle"]);
     assert_eq!(status(&env), "exited");
     let stderr = env.fails(&["exec", "cycle", "--", "true"], 4);
-    assert!(
-        stderr.contains("not running") && stderr.contains("forage-ctl start cycle"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("not running") && stderr.contains("forage-ctl start cycle"), "{stderr}");
     env.ok(&["start", "cycle"]);
     assert_eq!(status(&env), "running");
     env.ok(&["restart", "cycle"]);
     assert_eq!(status(&env), "running");
-    assert_eq!(
-        env.ok(&["exec", "cycle", "--", "cat", "/workspace/k"]),
-        "kept\n"
-    );
+    assert_eq!(env.ok(&["exec", "cycle", "--", "cat", "/workspace/k"]), "kept\n");
     env.ok(&["down", "cycle"]);
     env.assert_nothing_left();
 }
@@ -240,13 +169,7 @@ fn stop_start_restart_keep_the_workspace() {
 fn no_start_creates_a_stopped_sandbox_and_down_all_removes_everything() {
     let env = Env::new();
     let ws = env.mkdir("ws");
-    env.ok(&[
-        "up",
-        "one",
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--no-start",
-    ]);
+    env.ok(&["up", "one", "--workspace", ws.to_str().unwrap(), "--no-start"]);
     env.ok(&["up", "two", "--workspace", ws.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "one", "--json"])).unwrap();
     assert_eq!(v["status"], "created");
@@ -254,8 +177,7 @@ fn no_start_creates_a_stopped_sandbox_and_down_all_removes_everything() {
     let plan = env.ok(&["down", "--all", "--dry-run"]);
     assert!(plan.contains("one") && plan.contains("two"), "{plan}");
     assert_eq!(env.containers().len(), 2, "dry run changes nothing");
-    let removed: serde_json::Value =
-        serde_json::from_str(&env.ok(&["down", "--all", "--json"])).unwrap();
+    let removed: serde_json::Value = serde_json::from_str(&env.ok(&["down", "--all", "--json"])).unwrap();
     assert_eq!(removed.as_array().unwrap().len(), 2);
     env.assert_nothing_left();
 }
@@ -265,10 +187,7 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     env.ok(&["up", "gone", "--workspace", ws.to_str().unwrap()]);
-    let opts = bollard::container::RemoveContainerOptions {
-        force: true,
-        ..Default::default()
-    };
+    let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
     block_on(docker().remove_container("forage-gone", Some(opts))).unwrap();
     let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
     assert_eq!(list[0]["status"], "missing");
@@ -281,11 +200,8 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
 #[test]
 fn a_non_root_user_runs_as_themself_inside_and_owns_what_the_agent_writes() {
     use std::os::unix::process::CommandExt;
-    let docker_gid = nix::unistd::Group::from_name("docker")
-        .unwrap()
-        .expect("a docker group owns the socket")
-        .gid
-        .as_raw();
+    let docker_gid =
+        nix::unistd::Group::from_name("docker").unwrap().expect("a docker group owns the socket").gid.as_raw();
     let uid = 4242;
     let env = Env::new();
     let ws = env.mkdir("ws");

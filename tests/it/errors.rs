@@ -8,14 +8,8 @@ fn invalid_names_exit_2_naming_the_rule() {
     let ws = env.mkdir("ws");
     for bad in ["", "Upper", "../x", "a b", "é", &"x".repeat(64)] {
         let stderr = env.fails(&["up", bad, "--workspace", ws.to_str().unwrap()], 2);
-        assert!(
-            stderr.contains("lowercase letters, digits"),
-            "{bad:?}: {stderr}"
-        );
-        assert!(
-            stderr.contains(&format!("{bad:?}")),
-            "names the bad value: {stderr}"
-        );
+        assert!(stderr.contains("lowercase letters, digits"), "{bad:?}: {stderr}");
+        assert!(stderr.contains(&format!("{bad:?}")), "names the bad value: {stderr}");
     }
     // A leading dash reads as an option; clap says so and how to pass it anyway.
     let stderr = env.fails(&["up", "-lead", "--workspace", ws.to_str().unwrap()], 2);
@@ -30,10 +24,7 @@ fn a_missing_or_wrong_workspace_exits_6_and_creates_nothing() {
     std::fs::write(&file, "x").unwrap();
     let missing = env.path("missing");
     let stderr = env.fails(&["up", "w", "--workspace", missing.to_str().unwrap()], 6);
-    assert!(
-        stderr.contains(missing.to_str().unwrap()) && stderr.contains("does not exist"),
-        "{stderr}"
-    );
+    assert!(stderr.contains(missing.to_str().unwrap()) && stderr.contains("does not exist"), "{stderr}");
     let stderr = env.fails(&["up", "w", "--workspace", file.to_str().unwrap()], 6);
     assert!(stderr.contains("not a directory"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
@@ -46,18 +37,11 @@ fn an_unreachable_engine_exits_5_with_a_hint_and_creates_nothing() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     let dead = format!("unix://{}", env.path("dead.sock").display());
-    for args in [
-        vec!["up", "x", "--workspace", ws.to_str().unwrap()],
-        vec!["list"],
-        vec!["down", "x"],
-    ] {
+    for args in [vec!["up", "x", "--workspace", ws.to_str().unwrap()], vec!["list"], vec!["down", "x"]] {
         let out = env.cmd(&args).env("DOCKER_HOST", &dead).output().unwrap();
         assert_eq!(out.status.code(), Some(5), "{args:?}: {}", describe(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains(&dead) && stderr.contains("DOCKER_HOST") && stderr.contains("dockerd"),
-            "{stderr}"
-        );
+        assert!(stderr.contains(&dead) && stderr.contains("DOCKER_HOST") && stderr.contains("dockerd"), "{stderr}");
     }
     env.assert_nothing_left();
 }
@@ -74,10 +58,7 @@ fn unknown_sandboxes_exit_3() {
         vec!["attach", "nope"],
     ] {
         let stderr = env.fails(&args, 3);
-        assert!(
-            stderr.contains("\"nope\"") && stderr.contains("forage-ctl list"),
-            "{args:?}: {stderr}"
-        );
+        assert!(stderr.contains("\"nope\"") && stderr.contains("forage-ctl list"), "{args:?}: {stderr}");
     }
     env.assert_nothing_left();
 }
@@ -89,10 +70,7 @@ fn a_name_in_use_exits_4_and_leaves_the_first_sandbox_alone() {
     env.ok(&["up", "taken", "--workspace", ws.to_str().unwrap()]);
     let id_before = inspect("forage-taken").unwrap().id;
     let stderr = env.fails(&["up", "taken", "--workspace", ws.to_str().unwrap()], 4);
-    assert!(
-        stderr.contains("\"taken\" already exists") && stderr.contains("forage-ctl down taken"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("\"taken\" already exists") && stderr.contains("forage-ctl down taken"), "{stderr}");
     assert_eq!(inspect("forage-taken").unwrap().id, id_before);
     assert_eq!(env.ok(&["ls", "-q"]), "taken\n");
     env.ok(&["down", "taken"]);
@@ -103,32 +81,9 @@ fn a_name_in_use_exits_4_and_leaves_the_first_sandbox_alone() {
 fn a_missing_template_or_image_exits_3_and_creates_nothing() {
     let env = Env::new();
     let ws = env.mkdir("ws");
-    let stderr = env.fails(
-        &[
-            "up",
-            "t",
-            "-t",
-            "no-such-template",
-            "--workspace",
-            ws.to_str().unwrap(),
-        ],
-        3,
-    );
-    assert!(
-        stderr.contains("no-such-template") && stderr.contains("forage-ctl templates"),
-        "{stderr}"
-    );
-    let stderr = env.fails(
-        &[
-            "up",
-            "t",
-            "--image",
-            "forage-test/absent:1",
-            "--workspace",
-            ws.to_str().unwrap(),
-        ],
-        3,
-    );
+    let stderr = env.fails(&["up", "t", "-t", "no-such-template", "--workspace", ws.to_str().unwrap()], 3);
+    assert!(stderr.contains("no-such-template") && stderr.contains("forage-ctl templates"), "{stderr}");
+    let stderr = env.fails(&["up", "t", "--image", "forage-test/absent:1", "--workspace", ws.to_str().unwrap()], 3);
     assert!(stderr.contains("forage-test/absent:1"), "{stderr}");
     env.assert_nothing_left();
 }
@@ -140,17 +95,7 @@ fn bad_usage_exits_2() {
     env.fails(&["exec", "x"], 2);
     env.fails(&["down"], 2);
     let ws = env.mkdir("ws");
-    let stderr = env.fails(
-        &[
-            "up",
-            "x",
-            "--workspace",
-            ws.to_str().unwrap(),
-            "--memory",
-            "lots",
-        ],
-        2,
-    );
+    let stderr = env.fails(&["up", "x", "--workspace", ws.to_str().unwrap(), "--memory", "lots"], 2);
     assert!(stderr.contains("lots"), "{stderr}");
     env.assert_nothing_left();
 }

@@ -35,20 +35,11 @@ pub fn repo(env: &Env, rel: &str) -> PathBuf {
 
 /// Everything git knows that forage could have changed: refs and worktrees.
 fn repo_state(repo: &Path) -> (String, String) {
-    (
-        git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]),
-        git(repo, &["worktree", "list", "--porcelain"]),
-    )
+    (git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]), git(repo, &["worktree", "list", "--porcelain"]))
 }
 
 fn archive_refs(repo: &Path) -> Vec<String> {
-    git(
-        repo,
-        &["for-each-ref", "--format=%(refname)", "refs/forage/archive"],
-    )
-    .lines()
-    .map(str::to_owned)
-    .collect()
+    git(repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]).lines().map(str::to_owned).collect()
 }
 
 fn sh(env: &Env, name: &str, script: &str) -> String {
@@ -64,24 +55,14 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
 
     // The agent uses git inside the container.
     let out = sh(&env, "agent", "cd /workspace && git status --short --branch && echo committed > committed.txt && git add committed.txt && git commit -qm 'agent work' && git log --format=%s -1 && git diff --stat HEAD~1");
-    assert!(
-        out.contains("## forage-agent")
-            && out.contains("agent work")
-            && out.contains("committed.txt"),
-        "{out}"
-    );
+    assert!(out.contains("## forage-agent") && out.contains("agent work") && out.contains("committed.txt"), "{out}");
     sh(&env, "agent", "cd /workspace && printf 'changed\\n' >> a.txt && printf 'new\\n' > untracked.txt && echo noise > debug.log && mkdir -p deep/er && printf 'nested\\n' > deep/er/n.txt");
     // The commit is on the host's branch right away.
-    assert_eq!(
-        git(&repo, &["log", "--format=%s", "-1", "forage-agent"]),
-        "agent work\n"
-    );
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-agent"]), "agent work\n");
 
     let out = env.ok(&["down", "agent"]);
     assert!(
-        out.contains("1 commit")
-            && out.contains("3 uncommitted files")
-            && out.contains("forage-ctl restore agent"),
+        out.contains("1 commit") && out.contains("3 uncommitted files") && out.contains("forage-ctl restore agent"),
         "{out}"
     );
 
@@ -96,63 +77,31 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
     let (refs_after, worktrees_after) = repo_state(&repo);
     assert_eq!(worktrees_after, worktrees_before);
     assert_eq!(
-        refs_after
-            .lines()
-            .filter(|l| !l.starts_with("refs/forage/archive/"))
-            .collect::<Vec<_>>(),
+        refs_after.lines().filter(|l| !l.starts_with("refs/forage/archive/")).collect::<Vec<_>>(),
         refs_before.lines().collect::<Vec<_>>()
     );
 
     // Every byte is recoverable from the archive ref; ignored files are not archived.
     let r = &refs[0];
-    assert_eq!(
-        git(&repo, &["show", &format!("{r}:committed.txt")]),
-        "committed\n"
-    );
-    assert_eq!(
-        git(&repo, &["show", &format!("{r}:a.txt")]),
-        "original\nchanged\n"
-    );
-    assert_eq!(
-        git(&repo, &["show", &format!("{r}:untracked.txt")]),
-        "new\n"
-    );
-    assert_eq!(
-        git(&repo, &["show", &format!("{r}:deep/er/n.txt")]),
-        "nested\n"
-    );
+    assert_eq!(git(&repo, &["show", &format!("{r}:committed.txt")]), "committed\n");
+    assert_eq!(git(&repo, &["show", &format!("{r}:a.txt")]), "original\nchanged\n");
+    assert_eq!(git(&repo, &["show", &format!("{r}:untracked.txt")]), "new\n");
+    assert_eq!(git(&repo, &["show", &format!("{r}:deep/er/n.txt")]), "nested\n");
     assert!(!git(&repo, &["ls-tree", "-r", "--name-only", r]).contains("debug.log"));
-    assert_eq!(
-        git(&repo, &["log", "--format=%s", "-1", &format!("{r}~1")]),
-        "agent work\n"
-    );
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("{r}~1")]), "agent work\n");
 
     // restore: the work comes back as the branch.
     env.ok(&["restore", "agent"]);
-    assert_eq!(
-        git(&repo, &["rev-parse", "forage-agent"]),
-        git(&repo, &["rev-parse", r])
-    );
+    assert_eq!(git(&repo, &["rev-parse", "forage-agent"]), git(&repo, &["rev-parse", r]));
     env.fails(&["restore", "agent"], 4);
     git(&repo, &["branch", "-D", "forage-agent"]);
 
     // restore --up: a running sandbox on the archived work.
     env.ok(&["restore", "agent", "--up"]);
-    assert_eq!(
-        sh(
-            &env,
-            "agent",
-            "cat /workspace/untracked.txt /workspace/committed.txt"
-        ),
-        "new\ncommitted\n"
-    );
+    assert_eq!(sh(&env, "agent", "cat /workspace/untracked.txt /workspace/committed.txt"), "new\ncommitted\n");
     env.ok(&["down", "agent", "--discard"]);
     assert!(git(&repo, &["branch", "--list", "forage-agent"]).is_empty());
-    assert_eq!(
-        archive_refs(&repo).len(),
-        1,
-        "--discard archives nothing new, and never deletes old archives"
-    );
+    assert_eq!(archive_refs(&repo).len(), 1, "--discard archives nothing new, and never deletes old archives");
 }
 
 #[test]
@@ -163,25 +112,14 @@ fn clean_work_leaves_no_archive_and_keep_branch_keeps_the_branch() {
     env.ok(&["up", "clean", "--git-worktree", repo.to_str().unwrap()]);
     let out = env.ok(&["down", "clean"]);
     assert!(!out.contains("archived"), "{out}");
-    assert_eq!(
-        repo_state(&repo),
-        before,
-        "the repository is exactly as it was"
-    );
+    assert_eq!(repo_state(&repo), before, "the repository is exactly as it was");
     env.assert_nothing_left();
 
     env.ok(&["up", "kept", "--git-worktree", repo.to_str().unwrap()]);
-    sh(
-        &env,
-        "kept",
-        "cd /workspace && echo x > x && git add x && git commit -qm x",
-    );
+    sh(&env, "kept", "cd /workspace && echo x > x && git add x && git commit -qm x");
     let out = env.ok(&["down", "kept", "--keep-branch"]);
     assert!(out.contains("branch forage-kept kept"), "{out}");
-    assert_eq!(
-        git(&repo, &["log", "--format=%s", "-1", "forage-kept"]),
-        "x\n"
-    );
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-kept"]), "x\n");
     assert!(!repo.join(".git/worktrees/forage-kept").exists());
 }
 
@@ -190,28 +128,24 @@ fn two_sandboxes_on_one_repository_do_not_disturb_each_other() {
     let env = Env::new();
     let repo = repo(&env, "repo");
     let r = repo.to_str().unwrap();
-    env.ok(&["up", "one", "--git-worktree", r]);
-    env.ok(&["up", "two", "--repo", r]);
-    sh(
-        &env,
-        "one",
-        "cd /workspace && echo 1 > one.txt && git add . && git commit -qm one",
-    );
-    sh(&env, "two", "cd /workspace && echo 2 > two.txt");
-    env.ok(&["down", "one", "--discard"]);
-    assert!(!repo.join(".git/worktrees/forage-one").exists());
+    env.ok(&["up", "g-one", "--git-worktree", r]);
+    env.ok(&["up", "g-two", "--repo", r]);
+    sh(&env, "g-one", "cd /workspace && echo 1 > one.txt && git add . && git commit -qm one");
+    sh(&env, "g-two", "cd /workspace && echo 2 > two.txt");
+    env.ok(&["down", "g-one", "--discard"]);
+    assert!(!repo.join(".git/worktrees/forage-g-one").exists());
     // two is untouched and still works.
-    let out = sh(&env, "two", "cd /workspace && git status --short && git add . && git commit -qm two && git log --format=%s -1");
-    assert_eq!(out, "?? two.txt\ntwo\n");
-    assert_eq!(
-        git(&repo, &["log", "--format=%s", "-1", "forage-two"]),
-        "two\n"
+    let out = sh(
+        &env,
+        "g-two",
+        "cd /workspace && git status --short && git add . && git commit -qm two && git log --format=%s -1",
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&env.ok(&["status", "two", "--json"])).unwrap();
+    assert_eq!(out, "?? two.txt\ntwo\n");
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-g-two"]), "two\n");
+    let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", "g-two", "--json"])).unwrap();
     assert_eq!(status["git"]["ahead"], 1);
-    assert_eq!(status["git"]["branch"], "forage-two");
-    env.ok(&["down", "two"]);
+    assert_eq!(status["git"]["branch"], "forage-g-two");
+    env.ok(&["down", "g-two"]);
     env.assert_nothing_left_but_archives();
 }
 
@@ -222,16 +156,11 @@ fn eight_parallel_ups_on_one_repository_all_succeed() {
     let before = repo_state(&repo);
     let children: Vec<_> = (0..8)
         .map(|i| {
-            env.cmd(&[
-                "up",
-                &format!("par{i}"),
-                "--git-worktree",
-                repo.to_str().unwrap(),
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+            env.cmd(&["up", &format!("par{i}"), "--git-worktree", repo.to_str().unwrap()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
         })
         .collect();
     for child in children {
@@ -242,11 +171,7 @@ fn eight_parallel_ups_on_one_repository_all_succeed() {
     assert_eq!(worktrees.lines().count(), 9, "{worktrees}");
     for i in 0..8 {
         assert_eq!(
-            sh(
-                &env,
-                &format!("par{i}"),
-                "cd /workspace && git rev-parse --abbrev-ref HEAD"
-            ),
+            sh(&env, &format!("par{i}"), "cd /workspace && git rev-parse --abbrev-ref HEAD"),
             format!("forage-par{i}\n")
         );
     }
@@ -263,20 +188,14 @@ fn the_agent_cannot_write_the_repositorys_hooks_or_config() {
     env.ok(&["up", "box", "--git-worktree", repo.to_str().unwrap()]);
     let g = repo.join(".git");
     let script = format!(
-        "for f in hooks/pre-commit hooks/post-checkout config HEAD worktrees/planted; do if echo 'touch /tmp/pwned' > '{g}/'$f 2>/dev/null; then echo WROTE $f; fi; done; \
-         mv '{g}/config' '{g}/config.old' 2>/dev/null && echo MOVED config; rm -rf '{g}/hooks' 2>/dev/null; \
+        "for f in hooks/pre-commit hooks/post-checkout config HEAD index worktrees/planted; do if echo 'touch /tmp/pwned' > '{g}/'$f 2>/dev/null; then echo WROTE $f; fi; done; \
+         mv '{g}/config' '{g}/config.old' 2>/dev/null && echo MOVED config; (echo 'gitdir: /tmp/evil' > /workspace/.git) 2>/dev/null && echo WROTE gitfile; rm -rf '{g}/hooks' 2>/dev/null; \
          cd /workspace && git config core.hooksPath /tmp 2>/dev/null && echo SET hooksPath; git config --worktree core.fsmonitor x 2>/dev/null && echo SET fsmonitor; true",
         g = g.display()
     );
     let out = sh(&env, "box", &script);
-    assert_eq!(
-        out, "",
-        "the agent changed the repository's code-running files"
-    );
-    assert_eq!(
-        std::fs::read(repo.join(".git/config")).unwrap(),
-        config_before
-    );
+    assert_eq!(out, "", "the agent changed the repository's code-running files");
+    assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config_before);
     assert!(!g.join("hooks/pre-commit").exists() && g.join("hooks").is_dir());
     env.ok(&["down", "box"]);
 }
@@ -289,19 +208,13 @@ fn edge_cases_are_handled_or_refused_clearly() {
     let empty = env.mkdir("empty");
     git(&empty, &["init", "-q", "-b", "main"]);
     let stderr = env.fails(&["up", "e", "--git-worktree", empty.to_str().unwrap()], 6);
-    assert!(
-        stderr.contains("no commits yet") && stderr.contains("commit --allow-empty"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("no commits yet") && stderr.contains("commit --allow-empty"), "{stderr}");
     assert!(git(&empty, &["for-each-ref"]).is_empty() && !empty.join(".git/worktrees").exists());
 
     // Not a repository: refused with the --workspace alternative.
     let plain = env.mkdir("plain");
     let stderr = env.fails(&["up", "p", "--repo", plain.to_str().unwrap()], 6);
-    assert!(
-        stderr.contains("not inside a git repository") && stderr.contains("--workspace"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("not inside a git repository") && stderr.contains("--workspace"), "{stderr}");
 
     // An existing forage-<name> branch: refused, the branch untouched.
     let repo = repo(&env, "repo with spaces");
@@ -309,34 +222,17 @@ fn edge_cases_are_handled_or_refused_clearly() {
     git(&repo, &["branch", "forage-dup"]);
     let tip = git(&repo, &["rev-parse", "forage-dup"]);
     let stderr = env.fails(&["up", "dup", "--git-worktree", r], 4);
-    assert!(
-        stderr.contains("\"forage-dup\" already exists") && stderr.contains("--branch"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("\"forage-dup\" already exists") && stderr.contains("--branch"), "{stderr}");
     assert_eq!(git(&repo, &["rev-parse", "forage-dup"]), tip);
     // ... and --branch picks another name.
     env.ok(&["up", "dup", "--git-worktree", r, "--branch", "agent/dup"]);
-    assert_eq!(
-        sh(
-            &env,
-            "dup",
-            "cd /workspace && git rev-parse --abbrev-ref HEAD"
-        ),
-        "agent/dup\n"
-    );
+    assert_eq!(sh(&env, "dup", "cd /workspace && git rev-parse --abbrev-ref HEAD"), "agent/dup\n");
     env.ok(&["down", "dup"]);
-    assert_eq!(
-        git(&repo, &["rev-parse", "forage-dup"]),
-        tip,
-        "never touches a branch it did not create"
-    );
+    assert_eq!(git(&repo, &["rev-parse", "forage-dup"]), tip, "never touches a branch it did not create");
     assert!(git(&repo, &["branch", "--list", "agent/dup"]).is_empty());
 
     // A bad --base: refused, nothing created.
-    let stderr = env.fails(
-        &["up", "b", "--git-worktree", r, "--base", "no-such-rev"],
-        6,
-    );
+    let stderr = env.fails(&["up", "b", "--git-worktree", r, "--base", "no-such-rev"], 6);
     assert!(stderr.contains("no-such-rev"), "{stderr}");
     // --base with --workspace makes no sense.
     env.fails(&["up", "b", "--workspace", r, "--base", "main"], 2);
@@ -352,26 +248,9 @@ fn edge_cases_are_handled_or_refused_clearly() {
     // --base: the branch starts there. A subdirectory means its repository.
     let sub = repo.join("sub dir");
     std::fs::create_dir(&sub).unwrap();
-    env.ok(&[
-        "up",
-        "based",
-        "--git-worktree",
-        sub.to_str().unwrap(),
-        "--base",
-        "main",
-    ]);
-    assert_eq!(
-        git(&repo, &["rev-parse", "forage-based"]),
-        git(&repo, &["rev-parse", "main"])
-    );
-    assert_eq!(
-        sh(
-            &env,
-            "based",
-            "cd /workspace && ls a.txt && git log --format=%s -1"
-        ),
-        "a.txt\nsecond\n"
-    );
+    env.ok(&["up", "based", "--git-worktree", sub.to_str().unwrap(), "--base", "main"]);
+    assert_eq!(git(&repo, &["rev-parse", "forage-based"]), git(&repo, &["rev-parse", "main"]));
+    assert_eq!(sh(&env, "based", "cd /workspace && ls a.txt && git log --format=%s -1"), "a.txt\nsecond\n");
     env.ok(&["down", "based"]);
     env.assert_nothing_left();
 }
@@ -381,20 +260,12 @@ fn a_bare_repository_works() {
     let env = Env::new();
     let src = repo(&env, "src");
     let bare = env.path("bare.git");
-    let out = Command::new("git")
-        .args(["clone", "-q", "--bare"])
-        .arg(&src)
-        .arg(&bare)
-        .output()
-        .unwrap();
+    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(&src).arg(&bare).output().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     env.ok(&["up", "bare", "--git-worktree", bare.to_str().unwrap()]);
     let out = sh(&env, "bare", "cd /workspace && cat a.txt && echo b > b.txt && git add b.txt && git commit -qm bare-commit && git log --format=%s -1");
     assert_eq!(out, "original\nbare-commit\n");
-    assert_eq!(
-        git(&bare, &["log", "--format=%s", "-1", "forage-bare"]),
-        "bare-commit\n"
-    );
+    assert_eq!(git(&bare, &["log", "--format=%s", "-1", "forage-bare"]), "bare-commit\n");
     env.ok(&["down", "bare"]);
     assert_eq!(archive_refs(&bare).len(), 1);
     assert!(git(&bare, &["branch", "--list", "forage-bare"]).is_empty());

@@ -9,3 +9,4 @@ mod direct;
 mod errors;
 mod git;
 mod image;
+mod templates;

@@ -17,29 +17,14 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_forage-ctl");
 /// rebuilds it holds it exclusively, so it never pulls the image from under another.
 pub fn image_lock(exclusive: bool) -> Flock<File> {
     let path = std::env::temp_dir().join("forage-it-default-image.lock");
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let arg = if exclusive {
-        FlockArg::LockExclusive
-    } else {
-        FlockArg::LockShared
-    };
+    let file = File::options().create(true).truncate(false).write(true).open(path).unwrap();
+    let arg = if exclusive { FlockArg::LockExclusive } else { FlockArg::LockShared };
     Flock::lock(file, arg).map_err(|(_, e)| e).unwrap()
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    })
+    RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
 }
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -48,16 +33,15 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 
 pub fn docker() -> bollard::Docker {
     block_on(async {
-        bollard::Docker::connect_with_defaults()
-            .unwrap()
-            .negotiate_version()
-            .await
-            .expect("a running Docker engine")
+        bollard::Docker::connect_with_defaults().unwrap().negotiate_version().await.expect("a running Docker engine")
     })
 }
 
 /// One test's world: its own FORAGE_HOME and config dirs, a scratch dir, and a
 /// guard that removes whatever containers it left, even when the test fails.
+///
+/// Container names (`forage-<name>`) are global to the engine, so a sandbox name
+/// that reaches Docker must be used by one test only (or come from `unique`).
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub home: PathBuf,
@@ -71,17 +55,16 @@ impl Env {
 
     pub fn with_image_lock(exclusive: bool) -> Self {
         let image = image_lock(exclusive);
-        let dir = tempfile::Builder::new()
-            .prefix("forage-it-")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("forage-it-").tempdir().unwrap();
         let home = dir.path().join("forage-home");
         std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        Env {
-            dir,
-            home,
-            _image: image,
-        }
+        Env { dir, home, _image: image }
+    }
+
+    /// A sandbox name no other test uses.
+    pub fn unique(&self, prefix: &str) -> String {
+        let suffix = self.dir.path().file_name().unwrap().to_string_lossy().to_ascii_lowercase();
+        format!("{prefix}-{}", suffix.trim_start_matches("forage-it-"))
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -113,41 +96,27 @@ impl Env {
     /// Runs and asserts success, returning stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "forage-ctl {args:?} failed: {}",
-            describe(&out)
-        );
+        assert!(out.status.success(), "forage-ctl {args:?} failed: {}", describe(&out));
         String::from_utf8(out.stdout).unwrap()
     }
 
     /// Runs and asserts the exit code, returning stderr.
     pub fn fails(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "forage-ctl {args:?}: {}",
-            describe(&out)
-        );
+        assert_eq!(out.status.code(), Some(code), "forage-ctl {args:?}: {}", describe(&out));
         String::from_utf8(out.stderr).unwrap()
     }
 
     /// Containers labelled as belonging to this FORAGE_HOME.
     pub fn containers(&self) -> Vec<String> {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![format!("forage.home={}", self.home.display())],
-        )]);
+        let filters = HashMap::from([("label".to_string(), vec![format!("forage.home={}", self.home.display())])]);
         let list = block_on(docker().list_containers(Some(ListContainersOptions {
             all: true,
             filters,
             ..Default::default()
         })))
         .unwrap();
-        list.into_iter()
-            .flat_map(|c| c.names.unwrap_or_default())
-            .collect()
+        list.into_iter().flat_map(|c| c.names.unwrap_or_default()).collect()
     }
 
     /// Files under FORAGE_HOME other than forage's own empty directories.
@@ -160,32 +129,16 @@ impl Env {
     /// Like `assert_nothing_left`, but allows the index of archived work that
     /// `restore` reads (FORAGE_HOME/archives).
     pub fn assert_nothing_left_but_archives(&self) {
-        assert_eq!(
-            self.containers(),
-            Vec::<String>::new(),
-            "containers left behind"
-        );
+        assert_eq!(self.containers(), Vec::<String>::new(), "containers left behind");
         let archives = self.home.join("archives");
-        let files: Vec<PathBuf> = self
-            .home_files()
-            .into_iter()
-            .filter(|f| !f.starts_with(&archives))
-            .collect();
+        let files: Vec<PathBuf> = self.home_files().into_iter().filter(|f| !f.starts_with(&archives)).collect();
         assert_eq!(files, Vec::<PathBuf>::new(), "files left in FORAGE_HOME");
     }
 
     /// Asserts that this test left no container and no sandbox state behind.
     pub fn assert_nothing_left(&self) {
-        assert_eq!(
-            self.containers(),
-            Vec::<String>::new(),
-            "containers left behind"
-        );
-        assert_eq!(
-            self.home_files(),
-            Vec::<PathBuf>::new(),
-            "files left in FORAGE_HOME"
-        );
+        assert_eq!(self.containers(), Vec::<String>::new(), "containers left behind");
+        assert_eq!(self.home_files(), Vec::<PathBuf>::new(), "files left in FORAGE_HOME");
     }
 }
 
@@ -207,11 +160,7 @@ impl Drop for Env {
     fn drop(&mut self) {
         let api = docker();
         for name in self.containers() {
-            let opts = bollard::container::RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            };
+            let opts = bollard::container::RemoveContainerOptions { force: true, v: true, ..Default::default() };
             let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));
         }
     }
@@ -240,12 +189,7 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
         .map(|p| {
             let m = std::fs::symlink_metadata(&p).unwrap();
             let content = std::fs::read(&p).unwrap_or_default();
-            (
-                p.strip_prefix(dir).unwrap().to_path_buf(),
-                m.mode(),
-                m.uid(),
-                content,
-            )
+            (p.strip_prefix(dir).unwrap().to_path_buf(), m.mode(), m.uid(), content)
         })
         .collect();
     snap.sort();

@@ -1,0 +1,343 @@
+//! Templates, secrets, limits and policy, against the real engine.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::*;
+
+/// The default image's reference, building it if needed (under the shared image lock).
+fn shell_image(env: &Env) -> String {
+    let ws = env.mkdir("image-probe");
+    let name = env.unique("probe");
+    env.ok(&["up", &name, "--workspace", ws.to_str().unwrap(), "--no-start"]);
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", &name, "--json"])).unwrap();
+    env.ok(&["down", &name]);
+    v["record"]["image"].as_str().unwrap().to_owned()
+}
+
+fn write(path: &Path, text: &str) -> PathBuf {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
+}
+
+/// Removes a file under /etc/forage/templates when the test ends, pass or fail.
+struct EtcTemplate(PathBuf);
+
+impl Drop for EtcTemplate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn origin(env: &Env, tpl_path: &Path, name: &str) -> String {
+    let out = env.cmd(&["templates", "show", name, "--json"]).env("FORAGE_TEMPLATES_PATH", tpl_path).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["origin"]["path"].as_str().unwrap_or("built-in").to_owned()
+}
+
+#[test]
+fn the_search_path_is_env_then_user_then_etc_then_builtin() {
+    let env = Env::new();
+    let name = format!("it-prec-{}", std::process::id());
+    let body = |d: &str| format!("description: {d}\nimage: x\nagent: {{command: [sh]}}\n");
+    let env_dir = env.path("env-templates");
+    let user = write(&env.path(&format!("config/forage/templates/{name}.yaml")), &body("user"));
+    let etc = EtcTemplate(write(Path::new(&format!("/etc/forage/templates/{name}.yaml")), &body("etc")));
+    let in_env = write(&env_dir.join(&name).join("template.yaml"), &body("env"));
+    let shell_override = write(&env_dir.join("shell.yaml"), &body("my shell"));
+
+    assert_eq!(origin(&env, &env_dir, &name), in_env.to_str().unwrap());
+    assert_eq!(origin(&env, &env_dir, "shell"), shell_override.to_str().unwrap(), "a user template shadows a built-in");
+    std::fs::remove_dir_all(env_dir.join(&name)).unwrap();
+    assert_eq!(origin(&env, &env_dir, &name), user.to_str().unwrap());
+    std::fs::remove_file(&user).unwrap();
+    assert_eq!(origin(&env, &env_dir, &name), etc.0.to_str().unwrap());
+    std::fs::remove_file(&shell_override).unwrap();
+    assert_eq!(origin(&env, &env_dir, "shell"), "built-in");
+
+    let listed = env.cmd(&["templates"]).env("FORAGE_TEMPLATES_PATH", &env_dir).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for builtin in ["shell", "review", "claude", "codex", "aider", "opencode"] {
+        assert!(
+            listed.lines().any(|l| l.starts_with(&format!("{builtin} ")) && l.ends_with("built-in")),
+            "{builtin}: {listed}"
+        );
+    }
+    assert!(listed.lines().any(|l| l.starts_with(&name) && l.ends_with(etc.0.to_str().unwrap())), "{listed}");
+}
+
+#[test]
+fn bad_templates_are_reported_with_file_line_and_column_and_create_nothing() {
+    let env = Env::new();
+    let dir = env.path("tpl");
+    let ws = env.mkdir("ws");
+    let cases = [
+        ("malformed", "agent: [unclosed\n", ":1:"),
+        (
+            "unknown",
+            "image: x\nagent: {command: [sh]}\nnetwork: none\nbogus_field: 1\n",
+            ":4:1: unknown field `bogus_field`",
+        ),
+        ("wrongtype", "image: x\nagent:\n  command: [sh]\nresources:\n  pids: lots\n", ":5:"),
+    ];
+    for (name, text, expected) in cases {
+        let file = write(&dir.join(format!("{name}.yaml")), text);
+        for args in [vec!["templates", "show", name], vec!["up", "t", "-t", name, "--workspace", ws.to_str().unwrap()]]
+        {
+            let out = env.cmd(&args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains(&format!("{}{expected}", file.display())), "{name}: {stderr}");
+        }
+    }
+    env.assert_nothing_left();
+}
+
+#[test]
+fn a_secret_is_a_read_only_file_and_the_agents_env_and_nowhere_else() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    write(
+        &dir.join("agent.yaml"),
+        &format!(
+            "image: {image}\nagent:\n  command: [sh, -c, 'echo \"key=$API_KEY\" > /workspace/seen; exec sleep 1000']\n  secrets: {{API_KEY: api}}\n"
+        ),
+    );
+    let value = format!("sk-it-{}-do-not-leak", std::process::id());
+    let secret = write(&env.path("keys/api"), &value);
+    let ws = env.mkdir("ws");
+    let up = |extra: &[&str]| {
+        let mut args = vec!["up", "sec", "-t", "agent", "--workspace", ws.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        env.cmd(&args).env("FORAGE_TEMPLATES_PATH", &dir).arg("-vvv").output().unwrap()
+    };
+
+    // Missing or unreadable secrets: refused before anything exists.
+    let out = up(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--secret api=FILE"));
+    let out = up(&["--secret", &format!("api={}", env.path("keys/missing").display())]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("keys/missing"));
+    env.assert_nothing_left();
+
+    let out = up(&["--secret", &format!("api={}", secret.display())]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let verbose_output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!verbose_output.contains(&value), "the secret reached forage's output");
+
+    assert!(eventually(10, || ws.join("seen").exists()));
+    assert_eq!(std::fs::read_to_string(ws.join("seen")).unwrap(), format!("key={value}\n"), "exported to the agent");
+    let out = env.ok(&["exec", "sec", "--", "sh", "-c", "cat /run/secrets/api; echo; (echo x > /run/secrets/api) 2>/dev/null && echo WRITABLE; echo \"exec env: [$API_KEY]\""]);
+    assert_eq!(out, format!("{value}\nexec env: []\n"), "readable, not writable, not in other processes' env");
+
+    let inspected = serde_json::to_string(&inspect("forage-sec").unwrap()).unwrap();
+    assert!(!inspected.contains(&value), "the secret is in docker inspect");
+    assert!(inspected.contains("/run/secrets/api"));
+    for file in env.home_files() {
+        assert!(!std::fs::read_to_string(&file).unwrap_or_default().contains(&value), "secret in {}", file.display());
+    }
+    assert!(!env.ok(&["logs", "sec"]).contains(&value));
+    env.ok(&["down", "sec"]);
+    env.assert_nothing_left();
+}
+
+#[test]
+fn limits_network_and_read_only_policies_reach_the_container() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    write(
+        &dir.join("tight.yaml"),
+        &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\nnetwork: none\nresources: {{memory: 256m, pids: 64, cpus: 0.5}}\nworkspace: {{read_only: true}}\n"),
+    );
+    let ws = env.mkdir("ws");
+    let out = env
+        .cmd(&["up", "tight", "-t", "tight", "--workspace", ws.to_str().unwrap()])
+        .env("FORAGE_TEMPLATES_PATH", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let hc = inspect("forage-tight").unwrap().host_config.unwrap();
+    assert_eq!(hc.memory, Some(256 << 20));
+    assert_eq!(hc.pids_limit, Some(64));
+    assert_eq!(hc.nano_cpus, Some(500_000_000));
+    assert_eq!(hc.network_mode.as_deref(), Some("none"));
+    let out = env.ok(&[
+        "exec",
+        "tight",
+        "--",
+        "sh",
+        "-c",
+        "ls /sys/class/net; (echo x > /workspace/f) 2>/dev/null && echo WROTE; true",
+    ]);
+    assert_eq!(out, "lo\n", "no network but loopback, and a read-only workspace");
+    assert!(!ws.join("f").exists());
+    env.ok(&["down", "tight"]);
+
+    // CLI overrides beat the template.
+    let out = env
+        .cmd(&[
+            "up",
+            "loose",
+            "-t",
+            "tight",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--memory",
+            "512m",
+            "--cpus",
+            "1",
+            "--network",
+            "full",
+            "--env",
+            "GREETING=hi there",
+        ])
+        .env("FORAGE_TEMPLATES_PATH", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let hc = inspect("forage-loose").unwrap().host_config.unwrap();
+    assert_eq!(
+        (hc.memory, hc.nano_cpus, hc.network_mode.as_deref()),
+        (Some(512 << 20), Some(1_000_000_000), Some("bridge"))
+    );
+    assert_eq!(env.ok(&["exec", "loose", "--", "sh", "-c", "echo $GREETING"]), "hi there\n");
+    env.ok(&["down", "loose"]);
+
+    // The built-in review template: read-only workspace, no network.
+    env.ok(&["up", "rev", "-t", "review", "--workspace", ws.to_str().unwrap()]);
+    let out = env.ok(&[
+        "exec",
+        "rev",
+        "--",
+        "sh",
+        "-c",
+        "ls /sys/class/net; (echo x > /workspace/f) 2>/dev/null && echo WROTE; true",
+    ]);
+    assert_eq!(out, "lo\n");
+    env.ok(&["down", "rev"]);
+
+    // --read-only on the default template.
+    env.ok(&["up", "ro", "--workspace", ws.to_str().unwrap(), "--read-only"]);
+    let out = env.run(&["exec", "ro", "--", "touch", "/workspace/f"]);
+    assert_ne!(out.status.code(), Some(0));
+    env.ok(&["down", "ro"]);
+    env.assert_nothing_left();
+}
+
+#[test]
+fn init_runs_before_the_agent_and_a_failing_init_rolls_up_back() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    let agent = "[sh, -c, 'echo \"$@\" > /workspace/args; cat /workspace/init.txt > /workspace/.saw; mv /workspace/.saw /workspace/agent-saw; exec sleep 1000', agent]";
+    write(
+        &dir.join("good.yaml"),
+        &format!("image: {image}\nagent: {{command: {agent}}}\ninit: ['sleep 1; echo prepared > init.txt']\n"),
+    );
+    write(
+        &dir.join("bad.yaml"),
+        &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\ninit: ['echo init-says-hello; exit 3']\n"),
+    );
+    let ws = env.mkdir("ws");
+    let run = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+
+    let out = run(&["up", "good", "-t", "good", "--workspace", ws.to_str().unwrap(), "--", "one", "two"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(eventually(10, || ws.join("agent-saw").exists()));
+    assert_eq!(std::fs::read_to_string(ws.join("agent-saw")).unwrap(), "prepared\n", "the agent started after init");
+    assert_eq!(std::fs::read_to_string(ws.join("args")).unwrap(), "one two\n", "-- ARGS are appended to the command");
+    // A restart does not run init again, and the agent starts at once.
+    std::fs::remove_file(ws.join("agent-saw")).unwrap();
+    env.ok(&["restart", "good"]);
+    assert!(eventually(10, || ws.join("agent-saw").exists()));
+    env.ok(&["down", "good"]);
+
+    let out = run(&["up", "bad", "-t", "bad", "--workspace", ws.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("echo init-says-hello; exit 3")
+            && stderr.contains("exit code 3")
+            && stderr.contains("init-says-hello\n"),
+        "{stderr}"
+    );
+    env.assert_nothing_left();
+}
+
+#[test]
+fn build_and_mounts_from_a_template_directory() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    let shared = env.mkdir("shared-data");
+    std::fs::write(shared.join("data.txt"), "shared\n").unwrap();
+    write(&dir.join("built/Dockerfile"), &format!("FROM {image}\nCOPY greeting.txt /greeting.txt\n"));
+    write(&dir.join("built/greeting.txt"), "built from a Dockerfile\n");
+    write(
+        &dir.join("built/template.yaml"),
+        &format!(
+            "build: {{context: ., dockerfile: Dockerfile}}\nagent: {{command: [sleep, '1000']}}\nmounts:\n  - {{source: {}, target: /data}}\n  - {{source: greeting.txt, target: /opt/greeting.txt}}\n",
+            shared.display()
+        ),
+    );
+    let ws = env.mkdir("ws");
+    let run = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+    let out = run(&["up", "built", "-t", "built", "--workspace", ws.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = env.ok(&[
+        "exec",
+        "built",
+        "--",
+        "sh",
+        "-c",
+        "cat /greeting.txt /data/data.txt /opt/greeting.txt; (echo x > /data/new) 2>/dev/null && echo WROTE; true",
+    ]);
+    assert_eq!(out, "built from a Dockerfile\nshared\nbuilt from a Dockerfile\n");
+    let image_id = inspect("forage-built").unwrap().image;
+    env.ok(&["down", "built"]);
+    // Unchanged context: the cached image is reused.
+    let out = run(&["up", "built", "-t", "built", "--workspace", ws.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(inspect("forage-built").unwrap().image, image_id);
+    env.ok(&["down", "built"]);
+
+    // A mount whose source does not exist: refused, nothing created.
+    write(
+        &dir.join("badmount.yaml"),
+        &format!(
+            "image: {image}\nagent: {{command: [sh]}}\nmounts: [{{source: /nonexistent/forage-it, target: /x}}]\n"
+        ),
+    );
+    let out = run(&["up", "m", "-t", "badmount", "--workspace", ws.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/forage-it"));
+    env.assert_nothing_left();
+}
+
+#[test]
+fn builtin_agent_templates_need_a_registry_and_say_so() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let key = write(&env.path("key"), "k");
+    let out = env.run(&[
+        "up",
+        "c",
+        "-t",
+        "claude",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--secret",
+        &format!("anthropic={}", key.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("template \"claude\"") && stderr.contains("registry") && stderr.contains("FROM node:"),
+        "{stderr}"
+    );
+    env.assert_nothing_left();
+}
