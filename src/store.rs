@@ -191,6 +191,40 @@ impl Home {
         self.lock(&format!("sandbox-{name}"), false)
     }
 
+    /// Lock files no process holds: left by a killed forage-ctl.
+    pub fn stale_locks(&self) -> Result<Vec<PathBuf>> {
+        let mut stale = Vec::new();
+        let Ok(entries) = fs::read_dir(self.locks_dir()) else { return Ok(stale) };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(file) = File::open(&path) else { continue };
+            // Taken and released on this descriptor only: the file stays for gc to remove.
+            if let Ok(held) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                drop(held);
+                stale.push(path);
+            }
+        }
+        stale.sort();
+        Ok(stale)
+    }
+
+    /// Temp files of record writes whose writer is gone.
+    pub fn stale_temp_files(&self) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
+        let mut stale: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                let pid =
+                    name.strip_suffix(".tmp").and_then(|n| n.rsplit('.').next()).and_then(|p| p.parse::<i32>().ok());
+                name.starts_with('.') && pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+            })
+            .collect();
+        stale.sort();
+        stale
+    }
+
     /// Serialises changes to one repository's metadata (worktrees, branches, jj ops).
     pub fn lock_repo(&self, repo: &Path) -> Result<Lock> {
         use sha2::{Digest, Sha256};

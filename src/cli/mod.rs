@@ -5,6 +5,7 @@ mod attach;
 mod completions;
 mod down;
 mod exec;
+mod gc;
 mod lifecycle;
 mod list;
 mod logs;
@@ -71,6 +72,8 @@ pub enum Command {
     Down(down::DownArgs),
     /// Bring a torn-down sandbox's archived work back as a branch (and with --up, a sandbox).
     Restore(restore::RestoreArgs),
+    /// Find what crashes left behind; with --force, clean it up (archiving work).
+    Gc(gc::GcArgs),
     /// List templates, or print one.
     Templates(templates::TemplatesArgs),
     /// Print shell completions.
@@ -126,6 +129,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Restart(args) => lifecycle::restart(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
+        Command::Gc(args) => gc::run(&ctx, args).await,
         Command::Templates(args) => templates::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man => completions::man(),

@@ -2,6 +2,7 @@
 //! `up` validates, then runs journaled steps and rolls them back on failure;
 //! `down` stops the container before it touches the workspace.
 
+pub mod gc;
 pub mod journal;
 pub mod launcher;
 
@@ -32,6 +33,10 @@ pub struct Cancel(Arc<AtomicBool>);
 impl Cancel {
     pub fn trigger(&self) {
         self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn is_triggered(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
     }
 
     fn check(&self) -> Result<()> {
@@ -159,6 +164,11 @@ impl<R: Runtime> Engine<'_, R> {
             journal: Vec::new(),
         };
         self.home.create(&record)?;
+        if let Err(e) = self.checkpoint("record").await {
+            drop(lock);
+            self.home.remove(&record.name)?;
+            return Err(e);
+        }
 
         match self.run_up_steps(&mut record, spec, read_only, req.start).await {
             Ok(()) => {
@@ -202,11 +212,11 @@ impl<R: Runtime> Engine<'_, R> {
                 self.home.save(record)?;
                 return Err(e);
             }
-            self.cancel.check()?;
+            self.checkpoint("git-branch").await?;
             self.step(&format!("checking out worktree {}", g.path.display()));
             self.begin(record, Step::GitWorktree)?;
             g.add_worktree()?;
-            self.cancel.check()?;
+            self.checkpoint("git-worktree").await?;
         }
         let mut mounts = record.workspace.mounts(read_only);
         mounts.append(&mut spec.mounts);
@@ -221,18 +231,18 @@ impl<R: Runtime> Engine<'_, R> {
             }
             return Err(e);
         }
-        self.cancel.check()?;
+        self.checkpoint("container").await?;
         if start {
             self.step(&format!("starting container {}", spec.name));
             self.runtime.start(&spec.name).await?;
-            self.cancel.check()?;
+            self.checkpoint("start").await?;
             self.run_init(record).await?;
-            self.cancel.check()?;
+            self.checkpoint("init").await?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;
         self.progress.finish();
-        Ok(())
+        self.checkpoint("ready").await
     }
 
     /// Runs the template's init commands once per container, before the agent
@@ -264,6 +274,28 @@ impl<R: Runtime> Engine<'_, R> {
             return Err(Error::Other(format!("cannot start the agent after init: {}", output.trim_end())));
         }
         Ok(())
+    }
+
+    /// Called after each step of `up`: stops for a pending Ctrl-C/SIGTERM, and hosts
+    /// the fault-injection hooks the crash tests use (docs/guarantees.md):
+    /// `FORAGE_DEBUG_KILL_AFTER=<step>` kills this process with SIGKILL right after
+    /// that step; `FORAGE_DEBUG_PAUSE_AFTER=<step>` waits there (up to 60 s, or until
+    /// a signal arrives) so a test can interrupt `up` at a known point.
+    async fn checkpoint(&self, step: &str) -> Result<()> {
+        if std::env::var("FORAGE_DEBUG_KILL_AFTER").is_ok_and(|s| s == step) {
+            tracing::warn!("FORAGE_DEBUG_KILL_AFTER={step}: killing forage-ctl");
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        }
+        if std::env::var("FORAGE_DEBUG_PAUSE_AFTER").is_ok_and(|s| s == step) {
+            eprintln!("forage-debug: paused after {step}");
+            for _ in 0..600 {
+                if self.cancel.is_triggered() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        self.cancel.check()
     }
 
     /// Reports a step to the user (progress) and to the log (-v).
@@ -621,15 +653,15 @@ pub struct DownOptions {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Teardown {
+pub(crate) struct Teardown {
     /// Stop the agent with its stop signal first (down), or just kill it (rollback).
-    graceful: bool,
-    keep_branch: bool,
-    discard: bool,
+    pub(crate) graceful: bool,
+    pub(crate) keep_branch: bool,
+    pub(crate) discard: bool,
 }
 
 /// `20261121T080203Z`: sortable, and valid in a git ref name.
-fn timestamp() -> String {
+pub(crate) fn timestamp() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string().replace(['-', ':'], "")
 }
 

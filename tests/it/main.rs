@@ -7,6 +7,7 @@ mod support;
 mod cli;
 mod direct;
 mod errors;
+mod faults;
 mod git;
 mod image;
 mod templates;

@@ -1,0 +1,199 @@
+//! `gc`: finds what a crash, a kill -9 or a hand-deleted file left behind, and with
+//! `--force` finishes the job the way `down` would, archiving work first. It only
+//! ever touches containers labelled with this FORAGE_HOME, worktrees whose admin
+//! entry is named `forage-*`, and paths under FORAGE_HOME.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Engine, Teardown};
+use crate::error::Result;
+use crate::runtime::Runtime;
+use crate::store::RecordState;
+use crate::workspace::git::GitWorkspace;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// An `up` or `down` that stopped half way.
+    BrokenSandbox,
+    /// A ready sandbox whose container was removed outside forage.
+    MissingContainer,
+    /// A container labelled with this FORAGE_HOME that no record owns.
+    OrphanContainer,
+    /// A directory under FORAGE_HOME/workspaces that no record owns.
+    OrphanWorkspace,
+    /// A lock file no process holds (its holder was killed).
+    StaleLock,
+    /// A half-written record (its writer was killed).
+    StaleTempFile,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub kind: Kind,
+    /// The sandbox, container or path concerned.
+    pub subject: String,
+    /// Why it is a finding.
+    pub why: String,
+    /// What `--force` does (or did) about it.
+    pub action: String,
+    /// With `--force`: `None` when the action succeeded, else the error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl<R: Runtime> Engine<'_, R> {
+    pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        let records = self.home.load_all()?;
+        let containers = self.runtime.list(&self.home.label()).await?;
+
+        for record in &records {
+            // A sandbox whose lock is held is being worked on right now.
+            let Some(lock) = self.home.try_lock_sandbox(&record.name)? else { continue };
+            let has_container = containers.iter().any(|c| c.sandbox == record.name.as_str());
+            let (kind, why) = match record.state {
+                RecordState::Creating => (Kind::BrokenSandbox, "its `up` stopped half way".to_owned()),
+                RecordState::Removing => (Kind::BrokenSandbox, "its `down` stopped half way".to_owned()),
+                RecordState::Ready if !has_container => {
+                    (Kind::MissingContainer, format!("its container {} was removed outside forage", record.container))
+                }
+                RecordState::Ready => continue,
+            };
+            let mut finding = Finding {
+                kind,
+                subject: record.name.to_string(),
+                why,
+                action: "remove what is left of it, archiving any work, as `down` does".into(),
+                error: None,
+            };
+            if force {
+                let how = Teardown { graceful: false, keep_branch: false, discard: false };
+                finding.error = self.teardown(record, how).await.err().map(|e| e.to_string());
+            }
+            drop(lock);
+            findings.push(finding);
+        }
+
+        for c in containers.iter().filter(|c| !records.iter().any(|r| r.name.as_str() == c.sandbox)) {
+            let mut finding = Finding {
+                kind: Kind::OrphanContainer,
+                subject: c.name.clone(),
+                why: format!("labelled as sandbox {} of this FORAGE_HOME, which has no record", c.sandbox),
+                action: "remove the container".into(),
+                error: None,
+            };
+            if force {
+                finding.error = self.runtime.remove(&c.name).await.err().map(|e| e.to_string());
+            }
+            findings.push(finding);
+        }
+
+        let owned: Vec<PathBuf> = self.home.load_all()?.iter().map(|r| r.workspace.host_path().to_path_buf()).collect();
+        for dir in list_dir(&self.home.workspaces_dir()) {
+            if owned.contains(&dir) {
+                continue;
+            }
+            let worktree = orphan_worktree(&dir);
+            let mut finding = Finding {
+                kind: Kind::OrphanWorkspace,
+                subject: dir.display().to_string(),
+                why: "no sandbox record owns this workspace".into(),
+                action: match &worktree {
+                    Some(w) => {
+                        format!("archive its work, then remove worktree {} of {}", w.worktree_id, w.repo.display())
+                    }
+                    None => "remove the directory".into(),
+                },
+                error: None,
+            };
+            if force {
+                finding.error = self.remove_orphan_workspace(&dir, worktree.as_ref()).err().map(|e| e.to_string());
+            }
+            findings.push(finding);
+        }
+
+        for path in self.home.stale_locks()? {
+            let mut finding = Finding {
+                kind: Kind::StaleLock,
+                subject: path.display().to_string(),
+                why: "no process holds it".into(),
+                action: "remove the file".into(),
+                error: None,
+            };
+            if force {
+                finding.error = std::fs::remove_file(&path).err().map(|e| e.to_string());
+            }
+            findings.push(finding);
+        }
+        for path in self.home.stale_temp_files() {
+            let mut finding = Finding {
+                kind: Kind::StaleTempFile,
+                subject: path.display().to_string(),
+                why: "a record write that never finished".into(),
+                action: "remove the file".into(),
+                error: None,
+            };
+            if force {
+                finding.error = std::fs::remove_file(&path).err().map(|e| e.to_string());
+            }
+            findings.push(finding);
+        }
+        Ok(findings)
+    }
+
+    fn remove_orphan_workspace(&self, dir: &Path, worktree: Option<&GitWorkspace>) -> Result<()> {
+        if let Some(w) = worktree {
+            let _repo = self.home.lock_repo(&w.common_dir)?;
+            let name = crate::names::SandboxName::parse(w.worktree_id.trim_start_matches("forage-"))
+                .map_err(crate::error::Error::Usage)?;
+            w.archive(&name, &super::timestamp())?;
+            w.remove_worktree(&self.home.workspaces_dir())?;
+            if w.branch == w.worktree_id {
+                w.delete_branch()?;
+            }
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)
+                .map_err(|e| crate::error::Error::other(format!("removing {}: {e}", dir.display())))?;
+        }
+        Ok(())
+    }
+}
+
+fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// A worktree forage made whose record is gone: its `.git` link names an admin
+/// entry `forage-*` in some repository.
+fn orphan_worktree(dir: &Path) -> Option<GitWorkspace> {
+    let link = std::fs::read_to_string(dir.join(".git")).ok()?;
+    let admin = PathBuf::from(link.trim().strip_prefix("gitdir:")?.trim());
+    let worktree_id = admin.file_name()?.to_str()?.to_owned();
+    if !worktree_id.starts_with("forage-") {
+        return None;
+    }
+    let common_dir = admin.parent()?.parent()?.to_path_buf();
+    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
+    let branch = head.trim().strip_prefix("ref: refs/heads/")?.to_owned();
+    let repo = if common_dir.file_name().is_some_and(|n| n == ".git") {
+        common_dir.parent()?.to_path_buf()
+    } else {
+        common_dir.clone()
+    };
+    Some(GitWorkspace {
+        repo,
+        common_dir,
+        path: dir.to_path_buf(),
+        branch,
+        worktree_id,
+        base: String::new(),
+        base_ref: None,
+    })
+}

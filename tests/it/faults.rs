@@ -1,0 +1,174 @@
+//! Crashes, interrupts and load: whatever happens to a forage-ctl process, the
+//! user is left with a whole sandbox or with nothing, and `gc` can tell which.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::git::{git, repo};
+use crate::support::*;
+
+/// Steps of `up` after which the fault hooks fire, per workspace mode.
+const DIRECT_STEPS: &[&str] = &["record", "container", "start"];
+const GIT_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "container", "start"];
+
+fn repo_refs_and_worktrees(repo: &Path) -> String {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]) + &git(repo, &["worktree", "list", "--porcelain"])
+}
+
+/// The `up` arguments for `name` in `mode`.
+fn up_args(env: &Env, mode: &str, name: &str, repo: &Path) -> Vec<String> {
+    let ws = env.mkdir("direct-ws");
+    let (flag, path) = match mode {
+        "direct" => ("--workspace", ws),
+        _ => ("--git-worktree", repo.to_path_buf()),
+    };
+    vec!["up".into(), name.into(), flag.into(), path.to_str().unwrap().into()]
+}
+
+#[test]
+fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_refs_and_worktrees(&repo);
+    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS)] {
+        for step in steps {
+            let name = env.unique(&format!("kill-{step}"));
+            let args = up_args(&env, mode, &name, &repo);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = env.cmd(&args).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
+            assert_eq!(out.status.signal(), Some(9), "{mode}/{step}: {}", describe(&out));
+
+            let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+            assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
+            let dry = env.ok(&["gc"]);
+            assert!(dry.contains(&name) && dry.contains("would"), "{mode}/{step}: {dry}");
+
+            env.ok(&["gc", "--force"]);
+            env.assert_nothing_left_but_archives();
+            assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}: the repository is as it was");
+            assert!(!env.home.join("workspaces").join(&name).exists());
+            assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
+        }
+    }
+}
+
+#[test]
+fn down_also_finishes_a_killed_up() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_refs_and_worktrees(&repo);
+    let name = env.unique("killed");
+    let out = env
+        .cmd(&["up", &name, "--git-worktree", repo.to_str().unwrap()])
+        .env("FORAGE_DEBUG_KILL_AFTER", "start")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", describe(&out));
+    env.ok(&["down", &name]);
+    env.assert_nothing_left_but_archives();
+    assert_eq!(repo_refs_and_worktrees(&repo), before);
+}
+
+/// Starts `up` paused after `step`, waits until it says so, and sends `signal`.
+fn interrupt_up_after(env: &Env, args: &[&str], step: &str, signal: nix::sys::signal::Signal) -> std::process::Output {
+    let mut child = env
+        .cmd(args)
+        .env("FORAGE_DEBUG_PAUSE_AFTER", step)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "up ended before pausing after {step}: {seen}");
+        seen.push_str(&line);
+        if line.contains(&format!("paused after {step}")) {
+            break;
+        }
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+    let mut out = child.wait_with_output().unwrap();
+    std::io::Read::read_to_end(stderr.get_mut(), &mut out.stderr).unwrap();
+    out
+}
+
+#[test]
+fn ctrl_c_or_sigterm_during_up_rolls_back_by_itself() {
+    use nix::sys::signal::Signal;
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_refs_and_worktrees(&repo);
+    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS)] {
+        for (i, step) in steps.iter().enumerate() {
+            let signal = if i % 2 == 0 { Signal::SIGINT } else { Signal::SIGTERM };
+            let name = env.unique(&format!("int-{step}"));
+            let args = up_args(&env, mode, &name, &repo);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = interrupt_up_after(&env, &args, step, signal);
+            assert_eq!(out.status.code(), Some(1), "{mode}/{step}/{signal}: {}", describe(&out));
+            assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"), "{}", describe(&out));
+            // No gc needed: up undid its own steps.
+            env.assert_nothing_left();
+            assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}");
+        }
+    }
+}
+
+#[test]
+fn sixteen_concurrent_ups_with_duplicates_while_list_and_down_run() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_refs_and_worktrees(&repo);
+    let r = repo.to_str().unwrap().to_owned();
+    // Sandboxes for the concurrent downs to remove.
+    let doomed: Vec<String> = (0..3).map(|i| env.unique(&format!("doomed{i}"))).collect();
+    for d in &doomed {
+        env.ok(&["up", d, "--git-worktree", &r]);
+    }
+    let dup = env.unique("dup");
+    let names: Vec<String> =
+        (0..12).map(|i| env.unique(&format!("load{i}"))).chain(std::iter::repeat_n(dup.clone(), 4)).collect();
+
+    let ups: Vec<_> = names
+        .iter()
+        .map(|n| {
+            env.cmd(&["up", n, "--git-worktree", &r]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    let downs: Vec<_> = doomed
+        .iter()
+        .map(|d| env.cmd(&["down", d]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
+    // list keeps telling a consistent story while all this runs.
+    for _ in 0..5 {
+        let out = env.run(&["list", "--json"]);
+        assert!(out.status.success(), "{}", describe(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("list --json is valid JSON");
+    }
+    let results: Vec<_> = ups.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for d in downs {
+        let out = d.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+
+    for (name, out) in names.iter().zip(&results).take(12) {
+        assert!(out.status.success(), "{name}: {}", describe(out));
+    }
+    let dup_codes: Vec<Option<i32>> = results[12..].iter().map(|o| o.status.code()).collect();
+    assert_eq!(dup_codes.iter().filter(|c| **c == Some(0)).count(), 1, "exactly one duplicate wins: {dup_codes:?}");
+    assert_eq!(dup_codes.iter().filter(|c| **c == Some(4)).count(), 3, "the others exit 4: {dup_codes:?}");
+
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let rows = list.as_array().unwrap();
+    assert_eq!(rows.len(), 13, "{list}");
+    assert!(rows.iter().all(|r| r["status"] == "running"), "{list}");
+    assert_eq!(git(&repo, &["worktree", "list"]).lines().count(), 14);
+
+    env.ok(&["down", "--all"]);
+    env.assert_nothing_left();
+    assert_eq!(repo_refs_and_worktrees(&repo), before);
+}
