@@ -333,6 +333,10 @@ pub struct Record {
     pub journal: Vec<Step>,
 }
 
+fn git_mode() -> crate::workspace::Mode {
+    crate::workspace::Mode::GitWorktree
+}
+
 fn default_stop_timeout() -> u32 {
     10
 }
@@ -341,6 +345,8 @@ fn default_stop_timeout() -> u32 {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ArchiveEntry {
     pub name: SandboxName,
+    #[serde(default = "git_mode")]
+    pub mode: crate::workspace::Mode,
     /// `refs/forage/archive/<name>/<timestamp>` in `repo`.
     pub refname: String,
     pub commit: String,

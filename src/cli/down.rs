@@ -5,6 +5,7 @@ use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::sandbox::{DownOptions, DownReport};
+use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
 pub struct DownArgs {
@@ -93,10 +94,14 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
 
 fn print_report(r: &DownReport) {
     let name = &r.name;
-    match (&r.workspace, &r.branch) {
-        (None, _) => println!("removed container {} of sandbox {name}", r.container),
-        (Some(ws), None) => println!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
-        (Some(ws), Some(branch)) => {
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    match (&r.workspace, &r.branch, r.mode) {
+        (None, ..) => println!("removed container {} of sandbox {name}", r.container),
+        (Some(ws), None, _) => println!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
+        (Some(ws), Some(workspace), Some(Mode::Jj)) => {
+            println!("removed sandbox {name} (container {}, {ws}); jj workspace {workspace} forgotten", r.container)
+        }
+        (Some(ws), Some(branch), _) => {
             let fate = if r.kept_branch { "kept" } else { "deleted" };
             println!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container);
         }
@@ -104,17 +109,16 @@ fn print_report(r: &DownReport) {
     if let Some(a) = &r.archived {
         let mut what = Vec::new();
         if a.commits > 0 {
-            what.push(format!(
-                "{} commit{} found on no other branch",
-                a.commits,
-                if a.commits == 1 { "" } else { "s" }
-            ));
+            what.push(match r.mode {
+                Some(Mode::Jj) => plural(a.commits, "change"),
+                _ => format!("{} found on no other branch", plural(a.commits, "commit")),
+            });
         }
         if !a.dirty_files.is_empty() {
-            let n = a.dirty_files.len();
-            what.push(format!("{n} uncommitted file{}", if n == 1 { "" } else { "s" }));
+            what.push(plural(a.dirty_files.len(), "uncommitted file"));
         }
-        println!("archived {} as {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
+        let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
+        println!("archived {} as {kind} {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
         println!("  restore with: forage-ctl restore {name}");
     }
 }

@@ -7,7 +7,8 @@ use crate::progress::Silent;
 use crate::sandbox::UpRequest;
 use crate::template;
 use crate::workspace::git::GitRequest;
-use crate::workspace::WorkspaceRequest;
+use crate::workspace::jj::JjRequest;
+use crate::workspace::{Mode, WorkspaceRequest};
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
@@ -35,17 +36,30 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     if !args.up {
         engine.restore_branch(&entry, &branch)?;
         if !ctx.quiet {
-            println!("restored {} as branch {branch} in {}", entry.refname, entry.repo.display());
-            println!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+            let what = if entry.mode == Mode::Jj { "bookmark" } else { "branch" };
+            println!("restored {} as {what} {branch} in {}", entry.refname, entry.repo.display());
+            if entry.mode != Mode::Jj {
+                println!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+            }
         }
         return Ok(0);
     }
+    crate::sandbox::ensure_name_free(&ctx.home, &args.name)?;
     let path = ctx.home.workspaces_dir().join(args.name.as_str());
-    let workspace = GitRequest::validate(&entry.repo, Some(&entry.commit), Some(&branch), &args.name, path)?;
+    let workspace = match entry.mode {
+        Mode::Jj => WorkspaceRequest::Jj(JjRequest::validate(&entry.repo, Some(&entry.commit), &args.name, path)?),
+        _ => WorkspaceRequest::GitWorktree(GitRequest::validate(
+            &entry.repo,
+            Some(&entry.commit),
+            Some(&branch),
+            &args.name,
+            path,
+        )?),
+    };
     let request = UpRequest {
         name: args.name,
         template: template::resolve(&entry.template)?,
-        workspace: WorkspaceRequest::GitWorktree(workspace),
+        workspace,
         image: None,
         env: Vec::new(),
         network: None,

@@ -8,10 +8,11 @@ use crate::names::SandboxName;
 use crate::sandbox::{ensure_name_free, Cancel, Engine, SecretFile, UpRequest};
 use crate::template::{self, Network, DEFAULT_TEMPLATE};
 use crate::workspace::git::GitRequest;
+use crate::workspace::jj::JjRequest;
 use crate::workspace::{detect_mode, direct::DirectPath, Mode, WorkspaceRequest};
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("ws").required(true).args(["workspace", "git_worktree", "repo"])))]
+#[command(group(clap::ArgGroup::new("ws").required(true).args(["workspace", "git_worktree", "jj", "repo"])))]
 pub struct UpArgs {
     /// The sandbox's name: lowercase letters, digits, '_', '.', '-'.
     pub name: SandboxName,
@@ -24,10 +25,14 @@ pub struct UpArgs {
     /// A new worktree of this git repository, on branch forage-NAME.
     #[arg(long, value_name = "REPO")]
     pub git_worktree: Option<PathBuf>,
+    /// A new jj workspace of this repository, named forage-NAME.
+    #[arg(long, value_name = "REPO")]
+    pub jj: Option<PathBuf>,
     /// A repository; the mode is detected (jj if it holds .jj/, else git).
     #[arg(long, value_name = "REPO")]
     pub repo: Option<PathBuf>,
-    /// git: start the branch from this revision instead of HEAD.
+    /// git: start the branch from this revision instead of HEAD; jj: the revset
+    /// the workspace's first change sits on instead of @-.
     #[arg(long, value_name = "REV")]
     pub base: Option<String>,
     /// git: the branch to create instead of forage-NAME.
@@ -105,35 +110,38 @@ pub fn secret_files(raw: &[String]) -> Result<Vec<SecretFile>> {
 
 /// Maps the workspace flags to a validated request; nothing is created here.
 pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
-    let git_repo = match (&args.workspace, &args.git_worktree, &args.repo) {
-        (Some(path), _, _) => {
+    let (mode, repo) = match (&args.workspace, &args.git_worktree, &args.jj, &args.repo) {
+        (Some(path), ..) => {
             if args.base.is_some() || args.branch.is_some() {
                 return Err(Error::Usage(
-                    "--base and --branch need a repository: use --git-worktree REPO (or --repo REPO) instead of --workspace".into(),
+                    "--base and --branch need a repository: use --git-worktree REPO, --jj REPO or --repo REPO instead of --workspace".into(),
                 ));
             }
             return Ok(WorkspaceRequest::Direct(DirectPath::validate(path)?));
         }
-        (None, Some(repo), _) => repo,
-        (None, None, Some(repo)) => match detect_mode(repo) {
-            Mode::Jj => {
-                return Err(Error::Workspace(format!(
-                    "{} is a jj repository; jj workspaces are not supported yet: use --git-worktree for a colocated repository, or --workspace",
-                    repo.display()
-                )))
-            }
-            _ => repo,
-        },
-        (None, None, None) => unreachable!("clap requires one workspace flag"),
+        (None, Some(repo), ..) => (Mode::GitWorktree, repo),
+        (None, None, Some(repo), _) => (Mode::Jj, repo),
+        (None, None, None, Some(repo)) => (detect_mode(repo), repo),
+        (None, None, None, None) => unreachable!("clap requires one workspace flag"),
     };
     let path = ctx.home.workspaces_dir().join(args.name.as_str());
-    Ok(WorkspaceRequest::GitWorktree(GitRequest::validate(
-        git_repo,
-        args.base.as_deref(),
-        args.branch.as_deref(),
-        &args.name,
-        path,
-    )?))
+    match mode {
+        Mode::Jj => {
+            if args.branch.is_some() {
+                return Err(Error::Usage(
+                    "--branch is for git; a jj sandbox's workspace is always named forage-NAME".into(),
+                ));
+            }
+            Ok(WorkspaceRequest::Jj(JjRequest::validate(repo, args.base.as_deref(), &args.name, path)?))
+        }
+        _ => Ok(WorkspaceRequest::GitWorktree(GitRequest::validate(
+            repo,
+            args.base.as_deref(),
+            args.branch.as_deref(),
+            &args.name,
+            path,
+        )?)),
+    }
 }
 
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
@@ -177,7 +185,11 @@ pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
     progress.finish();
     if !ctx.quiet {
         let n = &record.name;
-        let branch = record.workspace.branch().map(|b| format!(" on branch {b}")).unwrap_or_default();
+        let branch = match (record.workspace.mode(), record.workspace.branch()) {
+            (Mode::Jj, Some(w)) => format!(" workspace {w}"),
+            (_, Some(b)) => format!(" on branch {b}"),
+            _ => String::new(),
+        };
         println!(
             "sandbox {n} is {}: container {}, workspace {} ({}{branch})",
             if started { "up" } else { "created" },

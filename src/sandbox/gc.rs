@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::runtime::Runtime;
 use crate::store::RecordState;
 use crate::workspace::git::GitWorkspace;
+use crate::workspace::jj::JjWorkspace;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -97,20 +98,28 @@ impl<R: Runtime> Engine<'_, R> {
                 continue;
             }
             let worktree = orphan_worktree(&dir);
+            let jj_workspace = orphan_jj_workspace(&dir);
             let mut finding = Finding {
                 kind: Kind::OrphanWorkspace,
                 subject: dir.display().to_string(),
                 why: "no sandbox record owns this workspace".into(),
-                action: match &worktree {
-                    Some(w) => {
+                action: match (&worktree, &jj_workspace) {
+                    (Some(w), _) => {
                         format!("archive its work, then remove worktree {} of {}", w.worktree_id, w.repo.display())
                     }
-                    None => "remove the directory".into(),
+                    (_, Some(j)) => {
+                        format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display())
+                    }
+                    _ => "remove the directory".into(),
                 },
                 error: None,
             };
             if force {
-                finding.error = self.remove_orphan_workspace(&dir, worktree.as_ref()).err().map(|e| e.to_string());
+                let result = match &jj_workspace {
+                    Some(j) => self.remove_orphan_jj_workspace(j),
+                    None => self.remove_orphan_workspace(&dir, worktree.as_ref()),
+                };
+                finding.error = result.err().map(|e| e.to_string());
             }
             findings.push(finding);
         }
@@ -161,6 +170,32 @@ impl<R: Runtime> Engine<'_, R> {
         }
         Ok(())
     }
+}
+
+impl<R: Runtime> Engine<'_, R> {
+    fn remove_orphan_jj_workspace(&self, j: &JjWorkspace) -> Result<()> {
+        let _repo = self.home.lock_repo(&j.repo_dir)?;
+        let name = crate::names::SandboxName::parse(j.workspace.trim_start_matches("forage-"))
+            .map_err(crate::error::Error::Usage)?;
+        j.archive(&name, &super::timestamp())?;
+        j.remove(&self.home.workspaces_dir())
+    }
+}
+
+/// A jj workspace forage made whose record is gone. With its base unknown, all
+/// of its non-empty history counts as work: when in doubt, archive.
+fn orphan_jj_workspace(dir: &Path) -> Option<JjWorkspace> {
+    let link = std::fs::read_to_string(dir.join(".jj/repo")).ok()?;
+    let repo_dir = dir.join(".jj").join(link.trim()).canonicalize().ok()?;
+    let repo = repo_dir.parent()?.parent()?.to_path_buf();
+    let name = dir.file_name()?.to_str()?;
+    Some(JjWorkspace {
+        repo,
+        repo_dir,
+        path: dir.to_path_buf(),
+        workspace: format!("forage-{name}"),
+        base: vec!["root()".into()],
+    })
 }
 
 fn list_dir(dir: &Path) -> Vec<PathBuf> {

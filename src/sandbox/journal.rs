@@ -19,6 +19,8 @@ pub enum Step {
     GitBranch,
     /// The git worktree named in the record's workspace.
     GitWorktree,
+    /// The jj workspace named in the record's workspace.
+    JjWorkspace,
     /// A container named `name` (created, maybe started).
     Container { name: String },
 }
@@ -36,6 +38,7 @@ impl Step {
         match (self, &record.workspace) {
             (Step::Container { name }, _) => runtime.remove(name).await,
             (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => g.remove_worktree(scope.workspaces_dir),
+            (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => j.remove(scope.workspaces_dir),
             (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {
                 if scope.keep_branch {
                     Ok(())

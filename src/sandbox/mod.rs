@@ -104,6 +104,7 @@ impl<R: Runtime> Engine<'_, R> {
         let workspace = match &req.workspace {
             WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct { path: path.path().to_path_buf() },
             WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
+            WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
         };
 
         let lock = self.home.lock_sandbox(&req.name)?;
@@ -116,8 +117,10 @@ impl<R: Runtime> Engine<'_, R> {
         command.extend(req.agent_args.iter().cloned());
         let command = launcher::wrap(command, &secret_env, !t.init.is_empty());
         let mut env: BTreeMap<String, String> = BTreeMap::new();
-        if let WorkspaceRecord::GitWorktree(g) = &workspace {
-            env.extend(git::identity_env(&g.repo));
+        match &workspace {
+            WorkspaceRecord::GitWorktree(g) => env.extend(git::identity_env(&g.repo)),
+            WorkspaceRecord::Jj(j) => env.extend(git::identity_env(&j.repo)),
+            WorkspaceRecord::Direct { .. } => {}
         }
         env.extend(t.agent.env.clone());
         env.extend(req.env.iter().cloned());
@@ -217,6 +220,13 @@ impl<R: Runtime> Engine<'_, R> {
             self.begin(record, Step::GitWorktree)?;
             g.add_worktree()?;
             self.checkpoint("git-worktree").await?;
+        }
+        if let WorkspaceRecord::Jj(j) = record.workspace.clone() {
+            let _repo = self.home.lock_repo(&j.repo_dir)?;
+            self.step(&format!("adding jj workspace {} to {}", j.workspace, j.repo.display()));
+            self.begin(record, Step::JjWorkspace)?;
+            j.add()?;
+            self.checkpoint("jj-workspace").await?;
         }
         let mut mounts = record.workspace.mounts(read_only);
         mounts.append(&mut spec.mounts);
@@ -327,20 +337,45 @@ impl<R: Runtime> Engine<'_, R> {
 
         let _repo_lock = match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => Some(self.home.lock_repo(&g.common_dir)?),
+            WorkspaceRecord::Jj(j) => Some(self.home.lock_repo(&j.repo_dir)?),
             WorkspaceRecord::Direct { .. } => None,
         };
-        let archived = match &record.workspace {
-            // Work exists only on a branch this sandbox created.
-            WorkspaceRecord::GitWorktree(g) if !how.discard && record.journal.contains(&Step::GitBranch) => {
+        // Work exists only on a branch or in a jj workspace this sandbox created.
+        let archive = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) if record.journal.contains(&Step::GitBranch) => {
+                Some((g.repo.clone(), g.common_dir.clone(), g.branch.clone()))
+            }
+            WorkspaceRecord::Jj(j) if record.journal.contains(&Step::JjWorkspace) => {
+                Some((j.repo.clone(), j.repo_dir.clone(), j.workspace.clone()))
+            }
+            _ => None,
+        };
+        let archived = match archive {
+            Some((repo, common_dir, branch)) if !how.discard => {
                 self.step("archiving the agent's work");
-                let archived = g.archive(&record.name, &timestamp()).map_err(|e| {
+                let result = match &record.workspace {
+                    WorkspaceRecord::GitWorktree(g) => g.archive(&record.name, &timestamp()),
+                    WorkspaceRecord::Jj(j) => j.archive(&record.name, &timestamp()),
+                    WorkspaceRecord::Direct { .. } => Ok(None),
+                };
+                let archived = result.map_err(|e| {
                     Error::WouldLoseData(format!(
                         "could not archive the work of sandbox {} ({e}); nothing was deleted: fix the cause and retry, or throw the work away with `forage-ctl down --discard {}`",
                         record.name, record.name
                     ))
                 })?;
                 if let Some(a) = &archived {
-                    self.home.add_archive(&ArchiveEntry::new(record, g, a))?;
+                    self.home.add_archive(&ArchiveEntry {
+                        name: record.name.clone(),
+                        mode: record.workspace.mode(),
+                        refname: a.refname.clone(),
+                        commit: a.commit.clone(),
+                        repo,
+                        common_dir,
+                        branch,
+                        template: record.template.clone(),
+                        archived_at: now(),
+                    })?;
                 }
                 archived
             }
@@ -458,7 +493,10 @@ impl<R: Runtime> Engine<'_, R> {
     /// archive commit; uncommitted files come back as that commit's changes.
     pub fn restore_branch(&self, entry: &ArchiveEntry, branch: &str) -> Result<()> {
         let _repo = self.home.lock_repo(&entry.common_dir)?;
-        git::restore_branch(&entry.common_dir, &entry.refname, branch)
+        match entry.mode {
+            Mode::Jj => crate::workspace::jj::restore_bookmark(&entry.repo, &entry.commit, branch),
+            _ => git::restore_branch(&entry.common_dir, &entry.refname, branch),
+        }
     }
 
     pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
@@ -475,6 +513,14 @@ impl<R: Runtime> Engine<'_, R> {
                     dirty: g.dirty_files()?,
                 })
             }
+            WorkspaceRecord::Jj(j) => Some(GitStatus {
+                branch: j.workspace.clone(),
+                base: j.base.join(","),
+                base_ref: None,
+                ahead: j.work_count()?,
+                behind: 0,
+                dirty: j.changed_files()?,
+            }),
             WorkspaceRecord::Direct { .. } => None,
         };
         let container = self.runtime.inspect(&record.container).await?;
@@ -520,21 +566,6 @@ impl<R: Runtime> Engine<'_, R> {
             )));
         }
         Ok(record)
-    }
-}
-
-impl ArchiveEntry {
-    fn new(record: &Record, g: &git::GitWorkspace, a: &Archived) -> Self {
-        ArchiveEntry {
-            name: record.name.clone(),
-            refname: a.refname.clone(),
-            commit: a.commit.clone(),
-            repo: g.repo.clone(),
-            common_dir: g.common_dir.clone(),
-            branch: g.branch.clone(),
-            template: record.template.clone(),
-            archived_at: now(),
-        }
     }
 }
 

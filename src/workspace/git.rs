@@ -179,32 +179,23 @@ impl GitWorkspace {
         self.common_dir.join("worktrees").join(&self.worktree_id)
     }
 
-    /// The mounts that let git work in /workspace. The repository's git directory
-    /// appears at its host path (so the worktree's `gitdir:` link resolves) and is
-    /// writable, because commits need objects/, refs/, logs/ and packed-refs.lock
-    /// beside them. Read-only on top of it: everything through which code could
-    /// later run on the host (config, config.worktree, hooks) and everything that
-    /// belongs to other checkouts (the main HEAD and index, other worktrees), and
-    /// the worktree's own `.git` link. A read-only bind
-    /// cannot be replaced either: git's lockfile-and-rename fails on a mount point.
+    /// The mounts that let git work in /workspace: the repository's git directory at
+    /// its host path (so the worktree's `gitdir:` link resolves), guarded as
+    /// `git_dir_mounts` describes, with this worktree's admin entry writable and
+    /// its `.git` link read-only.
     pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
-        let bind = |p: PathBuf, read_only: bool| Mount { target: p.display().to_string(), source: p, read_only };
-        let mut mounts = vec![
-            Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only },
-            bind(self.common_dir.clone(), read_only),
-        ];
+        let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
+        mounts.extend(git_dir_mounts(&self.common_dir, &self.common_dir, read_only));
         let admin = self.admin_dir();
-        let guarded = [
-            self.common_dir.join("config"),
-            self.common_dir.join("config.worktree"),
-            self.common_dir.join("hooks"),
-            self.common_dir.join("HEAD"),
-            self.common_dir.join("index"),
-            self.common_dir.join("worktrees"),
-            admin.join("config.worktree"),
-        ];
-        mounts.extend(guarded.into_iter().filter(|p| p.exists()).map(|p| bind(p, true)));
-        mounts.push(bind(admin, read_only));
+        let worktree_config = admin.join("config.worktree");
+        if worktree_config.exists() {
+            mounts.push(Mount {
+                target: worktree_config.display().to_string(),
+                source: worktree_config,
+                read_only: true,
+            });
+        }
+        mounts.push(Mount { target: admin.display().to_string(), source: admin, read_only });
         // The worktree's `gitdir:` link: were it writable, an agent could point it at
         // a repository of its own, with config that runs when the host uses git there.
         mounts.push(Mount {
@@ -219,10 +210,7 @@ impl GitWorkspace {
     /// them: an empty hooks/ where the repository has none, and empty
     /// config.worktree files where git would read them.
     fn create_guarded_paths(&self, repo: &Repository) -> Result<()> {
-        let hooks = self.common_dir.join("hooks");
-        if !hooks.exists() {
-            std::fs::create_dir(&hooks).map_err(ws_err)?;
-        }
+        ensure_hooks_dir(&self.common_dir)?;
         std::fs::write(self.admin_dir().join("config.worktree"), b"").map_err(ws_err)?;
         let per_worktree_config = repo
             .config()
@@ -368,6 +356,32 @@ impl GitWorkspace {
     }
 }
 
+/// A git directory mounted at `target` inside the container, writable (commits
+/// need objects/, refs/, logs/ and lock files beside packed-refs), with read-only
+/// binds over everything through which code could later run on the host (config,
+/// config.worktree, hooks) and everything that belongs to other checkouts (the
+/// main HEAD and index, the worktrees' admin entries). A read-only bind cannot be
+/// replaced either: git's lockfile-and-rename fails on a mount point.
+pub fn git_dir_mounts(host: &Path, target: &Path, read_only: bool) -> Vec<Mount> {
+    let mut mounts = vec![Mount { source: host.to_path_buf(), target: target.display().to_string(), read_only }];
+    for guarded in ["config", "config.worktree", "hooks", "HEAD", "index", "worktrees"] {
+        let source = host.join(guarded);
+        if source.exists() {
+            mounts.push(Mount { source, target: target.join(guarded).display().to_string(), read_only: true });
+        }
+    }
+    mounts
+}
+
+/// An empty hooks/ where a repository has none, so that an agent cannot create it.
+pub fn ensure_hooks_dir(git_dir: &Path) -> Result<()> {
+    let hooks = git_dir.join("hooks");
+    if !hooks.exists() {
+        std::fs::create_dir(&hooks).map_err(ws_err)?;
+    }
+    Ok(())
+}
+
 /// Creates `branch` at the commit `archive_ref` points to.
 pub fn restore_branch(common_dir: &Path, archive_ref: &str, branch: &str) -> Result<()> {
     let repo = Repository::open(common_dir).map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
@@ -388,16 +402,17 @@ pub fn restore_branch(common_dir: &Path, archive_ref: &str, branch: &str) -> Res
 /// What `down` archived.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Archived {
+    /// The git ref (`refs/forage/archive/…`) or jj bookmark (`forage/archive/…`).
     pub refname: String,
     pub commit: String,
-    /// Commits on the branch found on no other branch.
+    /// git: commits on the branch found on no other branch; jj: non-empty changes.
     pub commits: usize,
     /// Uncommitted files captured in the archive commit.
     pub dirty_files: Vec<String>,
 }
 
-/// The author identity git uses inside the container, taken from the host's git
-/// config so commits look like the user's own; a neutral one if there is none.
+/// The author identity git and jj use inside the container, taken from the host's
+/// git config so commits look like the user's own; a neutral one if there is none.
 pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
     let config = Repository::open(repo).and_then(|r| r.config()).or_else(|_| git2::Config::open_default());
     let get = |key: &str| config.as_ref().ok().and_then(|c| c.get_string(key).ok());
@@ -406,8 +421,10 @@ pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
     vec![
         ("GIT_AUTHOR_NAME".into(), name.clone()),
         ("GIT_AUTHOR_EMAIL".into(), email.clone()),
-        ("GIT_COMMITTER_NAME".into(), name),
-        ("GIT_COMMITTER_EMAIL".into(), email),
+        ("GIT_COMMITTER_NAME".into(), name.clone()),
+        ("GIT_COMMITTER_EMAIL".into(), email.clone()),
+        ("JJ_USER".into(), name.clone()),
+        ("JJ_EMAIL".into(), email),
         // No automatic gc or maintenance inside: repacking the host's repository is
         // the user's business, not the agent's, and it would race other sandboxes.
         ("GIT_CONFIG_COUNT".into(), "2".into()),

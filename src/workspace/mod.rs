@@ -3,6 +3,7 @@
 
 pub mod direct;
 pub mod git;
+pub mod jj;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,8 @@ pub enum WorkspaceRecord {
     Direct { path: PathBuf },
     /// A worktree of a git repository on a branch forage created.
     GitWorktree(git::GitWorkspace),
+    /// A jj workspace forage created.
+    Jj(jj::JjWorkspace),
 }
 
 impl WorkspaceRecord {
@@ -44,6 +47,7 @@ impl WorkspaceRecord {
         match self {
             WorkspaceRecord::Direct { .. } => Mode::Direct,
             WorkspaceRecord::GitWorktree(_) => Mode::GitWorktree,
+            WorkspaceRecord::Jj(_) => Mode::Jj,
         }
     }
 
@@ -52,13 +56,16 @@ impl WorkspaceRecord {
         match self {
             WorkspaceRecord::Direct { path } => path,
             WorkspaceRecord::GitWorktree(g) => &g.path,
+            WorkspaceRecord::Jj(j) => &j.path,
         }
     }
 
+    /// The git branch, or the jj workspace name.
     pub fn branch(&self) -> Option<&str> {
         match self {
             WorkspaceRecord::Direct { .. } => None,
             WorkspaceRecord::GitWorktree(g) => Some(&g.branch),
+            WorkspaceRecord::Jj(j) => Some(&j.workspace),
         }
     }
 
@@ -69,6 +76,7 @@ impl WorkspaceRecord {
                 vec![Mount { source: path.clone(), target: WORKSPACE_TARGET.into(), read_only }]
             }
             WorkspaceRecord::GitWorktree(g) => g.mounts(read_only),
+            WorkspaceRecord::Jj(j) => j.mounts(read_only),
         }
     }
 }
@@ -93,4 +101,5 @@ pub fn detect_mode(repo: &Path) -> Mode {
 pub enum WorkspaceRequest {
     Direct(direct::DirectPath),
     GitWorktree(git::GitRequest),
+    Jj(jj::JjRequest),
 }

@@ -12,6 +12,13 @@ use crate::support::*;
 /// Steps of `up` after which the fault hooks fire, per workspace mode.
 const DIRECT_STEPS: &[&str] = &["record", "container", "start"];
 const GIT_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "container", "start"];
+const JJ_STEPS: &[&str] = &["record", "jj-workspace", "container", "start"];
+
+/// A jj repository's workspaces and bookmarks.
+fn jj_state(repo: &Path) -> String {
+    crate::jj::jj(repo, &["workspace", "list", "-T", "name ++ \"\\n\""])
+        + &crate::jj::jj(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])
+}
 
 fn repo_refs_and_worktrees(repo: &Path) -> String {
     git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]) + &git(repo, &["worktree", "list", "--porcelain"])
@@ -22,6 +29,7 @@ fn up_args(env: &Env, mode: &str, name: &str, repo: &Path) -> Vec<String> {
     let ws = env.mkdir("direct-ws");
     let (flag, path) = match mode {
         "direct" => ("--workspace", ws),
+        "jj" => ("--jj", repo.to_path_buf()),
         _ => ("--git-worktree", repo.to_path_buf()),
     };
     vec!["up".into(), name.into(), flag.into(), path.to_str().unwrap().into()]
@@ -32,9 +40,12 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
     let env = Env::new();
     let repo = repo(&env, "repo");
     let before = repo_refs_and_worktrees(&repo);
-    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS)] {
+    let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
+    let jj_before = jj_state(&jj_repo);
+    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS), ("jj", JJ_STEPS)] {
         for step in steps {
             let name = env.unique(&format!("kill-{step}"));
+            let repo = if mode == "jj" { jj_repo.clone() } else { repo.clone() };
             let args = up_args(&env, mode, &name, &repo);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = env.cmd(&args).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
@@ -47,7 +58,15 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
 
             env.ok(&["gc", "--force"]);
             env.assert_nothing_left_but_archives();
-            assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}: the repository is as it was");
+            if mode == "jj" {
+                assert_eq!(
+                    jj_state(&jj_repo),
+                    jj_before,
+                    "{mode}/{step}: the repository's workspaces are as they were"
+                );
+            } else {
+                assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}: the repository is as it was");
+            }
             assert!(!env.home.join("workspaces").join(&name).exists());
             assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
         }
@@ -171,4 +190,42 @@ fn sixteen_concurrent_ups_with_duplicates_while_list_and_down_run() {
     env.ok(&["down", "--all"]);
     env.assert_nothing_left();
     assert_eq!(repo_refs_and_worktrees(&repo), before);
+}
+
+#[test]
+fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
+    let before = repo_refs_and_worktrees(&repo);
+    let (g, j) = (env.unique("lostgit"), env.unique("lostjj"));
+    env.ok(&["up", &g, "--git-worktree", repo.to_str().unwrap()]);
+    env.ok(&["up", &j, "--jj", jj_repo.to_str().unwrap()]);
+    env.ok(&["exec", &g, "--", "sh", "-c", "echo precious > /workspace/precious.txt"]);
+    env.ok(&["exec", &j, "--", "sh", "-c", "echo precious > /workspace/precious.txt"]);
+    for n in [&g, &j] {
+        std::fs::remove_file(env.home.join("sandboxes").join(format!("{n}.json"))).unwrap();
+    }
+
+    let report: serde_json::Value = serde_json::from_str(&env.ok(&["gc", "--json"])).unwrap();
+    let kinds: Vec<&str> = report.as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "orphan-container").count(), 2, "{report}");
+    assert_eq!(kinds.iter().filter(|k| **k == "orphan-workspace").count(), 2, "{report}");
+
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left();
+    // The git work is in an archive ref; the repository is otherwise as it was.
+    let refs = git(&repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
+    let r = refs.lines().next().unwrap_or_else(|| panic!("no archive ref"));
+    assert_eq!(git(&repo, &["show", &format!("{r}:precious.txt")]), "precious\n");
+    let after: String = repo_refs_and_worktrees(&repo)
+        .lines()
+        .filter(|l| !l.starts_with("refs/forage/"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(after, before);
+    // The jj work is bookmarked, and the workspace forgotten.
+    let files = crate::jj::jj(&jj_repo, &["file", "list", "-r", &format!("bookmarks(glob:\"forage/archive/{j}/*\")")]);
+    assert!(files.contains("precious.txt"), "{files}");
+    assert!(!crate::jj::jj(&jj_repo, &["workspace", "list"]).contains(&format!("forage-{j}")));
 }

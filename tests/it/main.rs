@@ -10,4 +10,5 @@ mod errors;
 mod faults;
 mod git;
 mod image;
+mod jj;
 mod templates;
