@@ -183,7 +183,8 @@ fn default_stop_timeout() -> u32 {
     10
 }
 
-pub const SECRET_NAME_RULE: &str = "lowercase letters, digits, '_', '.', '-', starting with a letter or digit";
+pub const SECRET_NAME_RULE: &str =
+    "1-63 characters: lowercase letters, digits, '_', '.', '-', starting with a letter or digit";
 
 /// Secret names become file names under /run/secrets, so they follow the
 /// sandbox-name alphabet.
@@ -359,13 +360,16 @@ fn validate(t: &Template) -> Result<(), String> {
         }
     }
     for m in &t.mounts {
-        if !m.target.starts_with('/') || m.target == "/" || m.target.starts_with(crate::runtime::WORKSPACE_TARGET) {
-            return Err(format!("mounts: target {:?} must be an absolute path outside /workspace", m.target));
-        }
-        if m.source.contains("docker.sock") {
+        let target = std::path::Path::new(&m.target);
+        let reserved = [crate::runtime::WORKSPACE_TARGET, crate::sandbox::launcher::SECRETS_DIR];
+        if !target.is_absolute()
+            || target.parent().is_none()
+            || target.components().any(|c| matches!(c, std::path::Component::ParentDir))
+            || reserved.iter().any(|r| target.starts_with(r))
+        {
             return Err(format!(
-                "mounts: {:?} would hand the agent the Docker engine; forage never mounts it",
-                m.source
+                "mounts: target {:?} must be an absolute path without '..', outside /workspace and /run/secrets",
+                m.target
             ));
         }
     }

@@ -70,5 +70,6 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
         agent_args: Vec::new(),
         secrets: super::up::secret_files(&args.secrets)?,
     };
+    crate::sandbox::preflight(&request)?;
     super::up::bring_up(ctx, request).await
 }

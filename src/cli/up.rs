@@ -91,7 +91,12 @@ pub fn secret_files(raw: &[String]) -> Result<Vec<SecretFile>> {
         if out.iter().any(|s| s.name == name) {
             return Err(Error::Usage(format!("--secret {name} is given twice; give each secret once")));
         }
-        let path = std::path::Path::new(file);
+        // Shells do not expand `~` after `=`; do it here so the obvious spelling works.
+        let expanded = match (file.strip_prefix("~/"), std::env::var_os("HOME")) {
+            (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+            _ => std::path::PathBuf::from(file),
+        };
+        let path = expanded.as_path();
         let readable = std::fs::File::open(path).and_then(|f| f.metadata()).map(|m| m.is_file());
         match readable {
             Ok(true) => {}
@@ -170,6 +175,7 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
         agent_args: args.agent_args,
         secrets,
     };
+    crate::sandbox::preflight(&request)?;
     bring_up(ctx, request).await
 }
 

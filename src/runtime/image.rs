@@ -20,6 +20,19 @@ use crate::error::{is_docker_not_found, Error, Result};
 use crate::progress::Progress;
 use crate::template::HostImage;
 
+/// A template name as Docker allows in a repository path: lowercase alphanumerics
+/// separated by single dashes.
+fn repository_component(template: &str) -> String {
+    let mapped: String =
+        template.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let joined = mapped.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-");
+    if joined.is_empty() {
+        "template".into()
+    } else {
+        joined
+    }
+}
+
 /// What a template's `build` builds from.
 #[derive(Debug, Clone)]
 pub enum BuildContext {
@@ -91,7 +104,7 @@ pub async fn ensure_host_image(
 ) -> Result<String> {
     let tools = resolve_tools(spec)?;
     let key = cache_key(&tools);
-    let repo = format!("forage-host/{}", template.to_ascii_lowercase());
+    let repo = format!("forage-host/{}", repository_component(template));
     let reference = format!("{repo}:{key}");
     match api.inspect_image(&reference).await {
         Ok(_) => return Ok(reference),
@@ -135,7 +148,7 @@ pub async fn ensure_built_image(
         tokio::task::spawn_blocking(move || context_tar(&context)).await.map_err(Error::other)??;
     let digest = Sha256::digest(&tar);
     let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let reference = format!("forage-build/{}:{key}", template.to_ascii_lowercase());
+    let reference = format!("forage-build/{}:{key}", repository_component(template));
     match api.inspect_image(&reference).await {
         Ok(_) => return Ok(reference),
         Err(e) if is_docker_not_found(&e) => {}
@@ -178,7 +191,7 @@ pub async fn ensure_built_image(
 fn build_failed(template: &str, error: &str, last_lines: &[String]) -> Error {
     let tail = if last_lines.is_empty() { String::new() } else { format!("\n{}", last_lines.join("\n")) };
     Error::Other(format!(
-        "building the image of template {template:?} failed: {}; its base image must be in the engine or reachable in a registry{tail}",
+        "building the image of template {template:?} failed: {}; if it failed pulling its base image, that image must be in the engine or reachable in a registry{tail}",
         error.trim()
     ))
 }
@@ -345,6 +358,13 @@ fn build_rootfs(tools: &[(String, PathBuf)]) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn template_names_become_valid_repository_names() {
+        assert_eq!(repository_component("Claude"), "claude");
+        assert_eq!(repository_component("_a..b-"), "a-b");
+        assert_eq!(repository_component("..."), "template");
+    }
 
     #[test]
     fn key_is_stable_and_tracks_the_tool_set() {

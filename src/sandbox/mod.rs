@@ -538,7 +538,12 @@ impl<R: Runtime> Engine<'_, R> {
         let _lock = self.home.lock_sandbox(name)?;
         let record = self.ready_record(name).await?;
         self.runtime.start(&record.container).await?;
-        self.run_init(&record).await
+        if let Err(e) = self.run_init(&record).await {
+            // The agent's launcher would wait for init forever: stop it instead.
+            self.runtime.stop(&record.container, record.stop_timeout).await?;
+            return Err(e);
+        }
+        Ok(())
     }
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {
@@ -605,6 +610,30 @@ fn secret_env(req: &UpRequest) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// True for a Unix socket, or a directory holding the engine's socket (DOCKER_HOST's
+/// or the default one): mounting either would let the agent drive Docker.
+fn exposes_engine_socket(source: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::metadata(source).is_ok_and(|m| m.file_type().is_socket()) {
+        return true;
+    }
+    let configured = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
+    [configured, Some(PathBuf::from("/var/run/docker.sock")), Some(PathBuf::from("/run/docker.sock"))]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.canonicalize().ok())
+        .any(|socket| socket.starts_with(source))
+}
+
+/// Everything about an `up` that can be checked without Docker: the image source,
+/// the secrets the template needs, the mounts. `up` runs it again itself.
+pub fn preflight(req: &UpRequest) -> Result<()> {
+    image_source(req)?;
+    secret_env(req)?;
+    extra_mounts(req)?;
+    Ok(())
+}
+
 /// The template's extra mounts (sources resolved and checked) and one read-only
 /// mount per secret file at /run/secrets/<name>.
 fn extra_mounts(req: &UpRequest) -> Result<Vec<Mount>> {
@@ -629,8 +658,12 @@ fn extra_mounts(req: &UpRequest) -> Result<Vec<Mount>> {
                 source.display()
             ))
         })?;
-        if source.to_string_lossy().contains("docker.sock") {
-            return Err(Error::Usage(format!("{} resolves to the Docker socket, which forage never mounts", m.source)));
+        if exposes_engine_socket(&source) {
+            return Err(Error::Usage(format!(
+                "template {} mounts {}, which is or contains the Docker engine's socket; forage never hands an agent the engine",
+                req.template.name,
+                source.display()
+            )));
         }
         mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
     }

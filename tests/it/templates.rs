@@ -341,3 +341,52 @@ fn builtin_agent_templates_need_a_registry_and_say_so() {
     );
     env.assert_nothing_left();
 }
+
+#[test]
+fn the_docker_socket_and_reserved_targets_are_never_mounted() {
+    let env = Env::new();
+    let dir = env.path("tpl");
+    let ws = env.mkdir("ws");
+    let run = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+    for (name, source, target, needle) in [
+        ("sock", "/var/run/docker.sock", "/sock", "Docker engine's socket"),
+        ("varrun", "/var/run", "/host-run", "Docker engine's socket"),
+        ("inws", "/tmp", "/workspace/tmp", "outside /workspace"),
+        ("dotdot", "/tmp", "/opt/../workspace", "without '..'"),
+        ("secrets", "/tmp", "/run/secrets/x", "/run/secrets"),
+    ] {
+        write(
+            &dir.join(format!("{name}.yaml")),
+            &format!("image: x\nagent: {{command: [sh]}}\nmounts: [{{source: {source}, target: {target}}}]\n"),
+        );
+        let out = run(&["up", "never", "-t", name, "--workspace", ws.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{name}: {}", describe(&out));
+    }
+    env.assert_nothing_left();
+}
+
+#[test]
+fn secrets_and_mounts_are_checked_before_docker_is_contacted() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let dead = format!("unix://{}", env.path("dead.sock").display());
+    let key = write(&env.path("key"), "k");
+    // A missing secret is a usage error even with no engine...
+    let out = env
+        .cmd(&["up", "early", "-t", "claude", "--workspace", ws.to_str().unwrap()])
+        .env("DOCKER_HOST", &dead)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // ... and `~/` in a secret path means HOME.
+    let out = env
+        .cmd(&["up", "early", "-t", "claude", "--workspace", ws.to_str().unwrap(), "--secret", "anthropic=~/key"])
+        .env("DOCKER_HOST", &dead)
+        .env("HOME", env.dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "the secret was found, so only the engine is missing: {}", describe(&out));
+    assert!(key.exists());
+    env.assert_nothing_left();
+}
