@@ -111,7 +111,7 @@ impl Docker {
 }
 
 /// Adds `agent` entries for `who` unless the image already has that uid / gid.
-fn merge_identity(passwd: &str, group: &str, who: Identity) -> (String, String) {
+pub(crate) fn merge_identity(passwd: &str, group: &str, who: Identity) -> (String, String) {
     let has_id =
         |db: &str, id: u32| db.lines().any(|l| l.split(':').nth(2).and_then(|f| f.parse::<u32>().ok()) == Some(id));
     let has_name = |db: &str, name: &str| db.lines().any(|l| l.split(':').next() == Some(name));
@@ -211,6 +211,18 @@ impl Runtime for Docker {
                 )))
             }
             Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
+        }
+        // Images forage built for this user already hold the entries and HOME.
+        let identity = format!("{}:{}", spec.identity.uid, spec.identity.gid);
+        let ready = match self.api.inspect_image(&spec.image).await {
+            Ok(image) => image
+                .config
+                .and_then(|c| c.labels)
+                .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&identity)),
+            Err(e) => return Err(Error::docker(format!("inspecting image {}", spec.image), e)),
+        };
+        if ready {
+            return Ok(());
         }
         self.install_identity(&spec.name, spec.identity).await
     }

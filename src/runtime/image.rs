@@ -16,6 +16,8 @@ use bollard::image::{BuildImageOptions, CreateImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use super::docker::merge_identity;
+use super::{Identity, AGENT_HOME};
 use crate::error::{is_docker_not_found, Error, Result};
 use crate::progress::Progress;
 use crate::template::HostImage;
@@ -47,6 +49,9 @@ const RECIPE_VERSION: &str = "forage-host-image-v1";
 const LD_CACHE: &str = "/etc/ld.so.cache";
 /// The label recording the cache key on the image.
 pub const LABEL_IMAGE_KEY: &str = "forage.image.key";
+/// On images that already hold the passwd/group entries and HOME of `uid:gid`,
+/// so creating a container needs no copying into it.
+pub const LABEL_IMAGE_IDENTITY: &str = "forage.image.identity";
 
 /// The tools that exist on this host, resolved on PATH: (name, host path).
 fn resolve_tools(spec: &HostImage) -> Result<Vec<(String, PathBuf)>> {
@@ -74,7 +79,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// The cache key: changes whenever a tool or the host's libraries change.
-fn cache_key(tools: &[(String, PathBuf)]) -> String {
+fn cache_key(tools: &[(String, PathBuf)], who: Identity) -> String {
     fn stamp(h: &mut Sha256, p: &Path) {
         h.update(p.as_os_str().as_encoded_bytes());
         if let Ok(m) = std::fs::metadata(p) {
@@ -86,6 +91,8 @@ fn cache_key(tools: &[(String, PathBuf)]) -> String {
     }
     let mut h = Sha256::new();
     h.update(RECIPE_VERSION);
+    h.update(who.uid.to_le_bytes());
+    h.update(who.gid.to_le_bytes());
     for (name, path) in tools {
         // The tool's name is where it goes in the image; the path is what goes there.
         h.update(name.as_bytes());
@@ -103,7 +110,8 @@ pub async fn ensure_host_image(
     progress: &dyn Progress,
 ) -> Result<String> {
     let tools = resolve_tools(spec)?;
-    let key = cache_key(&tools);
+    let who = Identity::current();
+    let key = cache_key(&tools, who);
     let repo = format!("forage-host/{}", repository_component(template));
     let reference = format!("{repo}:{key}");
     match api.inspect_image(&reference).await {
@@ -113,12 +121,12 @@ pub async fn ensure_host_image(
     }
 
     progress.step(&format!("building image {reference} from {} host tools", tools.len()));
-    let rootfs = tokio::task::spawn_blocking(move || build_rootfs(&tools)).await.map_err(Error::other)??;
+    let rootfs = tokio::task::spawn_blocking(move || build_rootfs(&tools, who)).await.map_err(Error::other)??;
     progress.step(&format!(
         "importing image {reference} ({:.1} MiB) into the Docker engine",
         rootfs.len() as f64 / (1 << 20) as f64
     ));
-    let label = format!("LABEL {LABEL_IMAGE_KEY}={key}");
+    let label = format!("LABEL {LABEL_IMAGE_KEY}={key} {LABEL_IMAGE_IDENTITY}={}:{}", who.uid, who.gid);
     let options = CreateImageOptions {
         from_src: "-",
         repo: repo.as_str(),
@@ -286,7 +294,7 @@ fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 
 /// A root filesystem as a tar: tools in /usr/bin, libraries where the linker expects
 /// them, and the bare directories and files a container needs.
-fn build_rootfs(tools: &[(String, PathBuf)]) -> Result<Vec<u8>> {
+fn build_rootfs(tools: &[(String, PathBuf)], who: Identity) -> Result<Vec<u8>> {
     // image path -> host file whose content goes there
     let mut files: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
     for (name, host_path) in tools {
@@ -332,8 +340,19 @@ fn build_rootfs(tools: &[(String, PathBuf)]) -> Result<Vec<u8>> {
         h.set_mtime(0);
         tar.append_data(&mut h, path, body.as_bytes())
     };
-    text_file(&mut tar, "etc/passwd", "root:x:0:0:root:/root:/bin/sh\n").map_err(io)?;
-    text_file(&mut tar, "etc/group", "root:x:0:\n").map_err(io)?;
+    // The invoking user's entries and HOME, as `Docker::install_identity` would add
+    // them to any other image; baked in here so `up` need not copy them in.
+    let (passwd, group) = merge_identity("root:x:0:0:root:/root:/bin/sh\n", "root:x:0:\n", who);
+    text_file(&mut tar, "etc/passwd", &passwd).map_err(io)?;
+    text_file(&mut tar, "etc/group", &group).map_err(io)?;
+    let mut home = tar::Header::new_gnu();
+    home.set_entry_type(tar::EntryType::Directory);
+    home.set_mode(0o755);
+    home.set_uid(who.uid.into());
+    home.set_gid(who.gid.into());
+    home.set_size(0);
+    home.set_mtime(0);
+    tar.append_data(&mut home, &AGENT_HOME[1..], std::io::empty()).map_err(io)?;
     text_file(&mut tar, "etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n").map_err(io)?;
 
     let mut made_dirs = std::collections::BTreeSet::new();
@@ -370,8 +389,10 @@ mod tests {
     fn key_is_stable_and_tracks_the_tool_set() {
         let spec = HostImage { tools: vec!["sh".into(), "ls".into()], require: vec!["sh".into()] };
         let tools = resolve_tools(&spec).unwrap();
-        assert_eq!(cache_key(&tools), cache_key(&tools));
-        assert_ne!(cache_key(&tools), cache_key(&tools[..1]));
+        let me = Identity { uid: 1000, gid: 1000 };
+        assert_eq!(cache_key(&tools, me), cache_key(&tools, me));
+        assert_ne!(cache_key(&tools, me), cache_key(&tools[..1], me));
+        assert_ne!(cache_key(&tools, me), cache_key(&tools, Identity { uid: 1001, gid: 1000 }));
     }
 
     #[test]
