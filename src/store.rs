@@ -208,11 +208,27 @@ impl Home {
         Ok(stale)
     }
 
-    /// Temp files of record writes whose writer is gone.
+    /// Removes a lock file no one holds, by taking the lock (which checks that the
+    /// file is still the one at its path) and releasing it, so it never races a
+    /// process that is taking the same lock.
+    pub fn remove_stale_lock(&self, path: &Path) -> Result<()> {
+        let key = path.file_stem().and_then(|s| s.to_str()).ok_or_else(|| Error::other("odd lock file name"))?;
+        match self.lock(key, false)? {
+            Some(lock) => {
+                drop(lock);
+                Ok(())
+            }
+            None => Err(Error::Conflict(format!("{} is held again; leaving it", path.display()))),
+        }
+    }
+
+    /// Temp files of record and archive-index writes whose writer is gone.
     pub fn stale_temp_files(&self) -> Vec<PathBuf> {
-        let Ok(entries) = fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
-        let mut stale: Vec<PathBuf> = entries
-            .flatten()
+        let dirs = [self.sandboxes_dir(), self.root.join("archives")];
+        let mut stale: Vec<PathBuf> = dirs
+            .iter()
+            .filter_map(|d| fs::read_dir(d).ok())
+            .flat_map(|entries| entries.flatten())
             .map(|e| e.path())
             .filter(|p| {
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");

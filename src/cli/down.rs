@@ -52,7 +52,8 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
             print_json(&plan)?;
         } else {
             for p in &plan {
-                let branch = p["branch"].as_str().map(|b| format!(", branch {b}")).unwrap_or_default();
+                let kind = if p["mode"] == "jj" { "jj workspace" } else { "branch" };
+                let branch = p["branch"].as_str().map(|b| format!(", {kind} {b}")).unwrap_or_default();
                 println!(
                     "would remove sandbox {} (container {}{branch})",
                     p["name"].as_str().unwrap_or(""),

@@ -32,6 +32,11 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     let docker = ctx.docker().await?;
     let engine = ctx.engine(&docker, &Silent);
     let entry = engine.find_archive(&args.name, args.archive.as_deref())?;
+    if entry.mode == Mode::Jj && args.up && args.branch.is_some() {
+        return Err(crate::error::Error::Usage(
+            "--branch with --up is for git; a jj sandbox's workspace is always named forage-NAME".into(),
+        ));
+    }
     let branch = args.branch.clone().unwrap_or_else(|| args.name.branch());
     if !args.up {
         engine.restore_branch(&entry, &branch)?;

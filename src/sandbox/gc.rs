@@ -8,11 +8,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{Engine, Teardown};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
 use crate::runtime::Runtime;
+use crate::store::ArchiveEntry;
 use crate::store::RecordState;
+use crate::template::DEFAULT_TEMPLATE;
+use crate::workspace::git::Archived;
 use crate::workspace::git::GitWorkspace;
 use crate::workspace::jj::JjWorkspace;
+use crate::workspace::Mode;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -78,7 +83,14 @@ impl<R: Runtime> Engine<'_, R> {
             findings.push(finding);
         }
 
-        for c in containers.iter().filter(|c| !records.iter().any(|r| r.name.as_str() == c.sandbox)) {
+        // Orphans are judged under the sandbox's lock, which `up` takes before its
+        // record exists, so a sandbox being made right now is never taken for one.
+        for c in &containers {
+            let Ok(name) = SandboxName::parse(&c.sandbox) else { continue };
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.load(&name)?.is_some() {
+                continue;
+            }
             let mut finding = Finding {
                 kind: Kind::OrphanContainer,
                 subject: c.name.clone(),
@@ -92,32 +104,37 @@ impl<R: Runtime> Engine<'_, R> {
             findings.push(finding);
         }
 
-        let owned: Vec<PathBuf> = self.home.load_all()?.iter().map(|r| r.workspace.host_path().to_path_buf()).collect();
         for dir in list_dir(&self.home.workspaces_dir()) {
-            if owned.contains(&dir) {
+            // Workspaces live at workspaces/<sandbox name>.
+            let Some(name) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()) else {
+                continue;
+            };
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.load(&name)?.is_some() {
                 continue;
             }
             let worktree = orphan_worktree(&dir);
             let jj_workspace = orphan_jj_workspace(&dir);
+            let unrecognised =
+                worktree.is_none() && jj_workspace.is_none() && (dir.join(".git").exists() || dir.join(".jj").exists());
             let mut finding = Finding {
                 kind: Kind::OrphanWorkspace,
                 subject: dir.display().to_string(),
                 why: "no sandbox record owns this workspace".into(),
                 action: match (&worktree, &jj_workspace) {
-                    (Some(w), _) => {
-                        format!("archive its work, then remove worktree {} of {}", w.worktree_id, w.repo.display())
+                    (Some(w), _) => format!("archive its work, then remove worktree {} of {}", w.worktree_id, w.repo.display()),
+                    (_, Some(j)) => format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display()),
+                    _ if unrecognised => {
+                        "nothing: it holds a repository forage cannot trace back (moved repository? detached HEAD?); inspect it and remove it by hand".into()
                     }
-                    (_, Some(j)) => {
-                        format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display())
-                    }
-                    _ => "remove the directory".into(),
+                    _ => "remove the directory (it holds no repository, so no history)".into(),
                 },
                 error: None,
             };
-            if force {
+            if force && !unrecognised {
                 let result = match &jj_workspace {
-                    Some(j) => self.remove_orphan_jj_workspace(j),
-                    None => self.remove_orphan_workspace(&dir, worktree.as_ref()),
+                    Some(j) => self.remove_orphan_jj_workspace(&name, j),
+                    None => self.remove_orphan_workspace(&name, &dir, worktree.as_ref()),
                 };
                 finding.error = result.err().map(|e| e.to_string());
             }
@@ -133,7 +150,7 @@ impl<R: Runtime> Engine<'_, R> {
                 error: None,
             };
             if force {
-                finding.error = std::fs::remove_file(&path).err().map(|e| e.to_string());
+                finding.error = self.home.remove_stale_lock(&path).err().map(|e| e.to_string());
             }
             findings.push(finding);
         }
@@ -153,33 +170,60 @@ impl<R: Runtime> Engine<'_, R> {
         Ok(findings)
     }
 
-    fn remove_orphan_workspace(&self, dir: &Path, worktree: Option<&GitWorkspace>) -> Result<()> {
+    fn remove_orphan_workspace(&self, name: &SandboxName, dir: &Path, worktree: Option<&GitWorkspace>) -> Result<()> {
         if let Some(w) = worktree {
             let _repo = self.home.lock_repo(&w.common_dir)?;
-            let name = crate::names::SandboxName::parse(w.worktree_id.trim_start_matches("forage-"))
-                .map_err(crate::error::Error::Usage)?;
-            w.archive(&name, &super::timestamp())?;
+            if let Some(a) = w.archive(name, &super::timestamp())? {
+                self.remember_archive(name, Mode::GitWorktree, &a, &w.repo, &w.common_dir, &w.branch)?;
+            }
             w.remove_worktree(&self.home.workspaces_dir())?;
             if w.branch == w.worktree_id {
                 w.delete_branch()?;
             }
         }
         if dir.exists() {
-            std::fs::remove_dir_all(dir)
-                .map_err(|e| crate::error::Error::other(format!("removing {}: {e}", dir.display())))?;
+            std::fs::remove_dir_all(dir).map_err(|e| Error::other(format!("removing {}: {e}", dir.display())))?;
         }
         Ok(())
     }
-}
 
-impl<R: Runtime> Engine<'_, R> {
-    fn remove_orphan_jj_workspace(&self, j: &JjWorkspace) -> Result<()> {
+    fn remove_orphan_jj_workspace(&self, name: &SandboxName, j: &JjWorkspace) -> Result<()> {
         let _repo = self.home.lock_repo(&j.repo_dir)?;
-        let name = crate::names::SandboxName::parse(j.workspace.trim_start_matches("forage-"))
-            .map_err(crate::error::Error::Usage)?;
-        j.archive(&name, &super::timestamp())?;
+        if let Some(a) = j.archive(name, &super::timestamp())? {
+            self.remember_archive(name, Mode::Jj, &a, &j.repo, &j.repo_dir, &j.workspace)?;
+        }
         j.remove(&self.home.workspaces_dir())
     }
+
+    /// Lets `restore` find what gc archived; the template is unknown, so the default.
+    fn remember_archive(
+        &self,
+        name: &SandboxName,
+        mode: Mode,
+        a: &Archived,
+        repo: &Path,
+        common_dir: &Path,
+        branch: &str,
+    ) -> Result<()> {
+        self.home.add_archive(&ArchiveEntry {
+            name: name.clone(),
+            mode,
+            refname: a.refname.clone(),
+            commit: a.commit.clone(),
+            repo: repo.to_path_buf(),
+            common_dir: common_dir.to_path_buf(),
+            branch: branch.to_owned(),
+            template: DEFAULT_TEMPLATE.into(),
+            archived_at: super::now(),
+        })
+    }
+}
+
+fn list_dir(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    out.sort();
+    out
 }
 
 /// A jj workspace forage made whose record is gone. With its base unknown, all
@@ -196,13 +240,6 @@ fn orphan_jj_workspace(dir: &Path) -> Option<JjWorkspace> {
         workspace: format!("forage-{name}"),
         base: vec!["root()".into()],
     })
-}
-
-fn list_dir(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> =
-        std::fs::read_dir(dir).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
-    out.sort();
-    out
 }
 
 /// A worktree forage made whose record is gone: its `.git` link names an admin

@@ -81,7 +81,7 @@ pub struct Engine<'a, R: Runtime> {
     pub cancel: Cancel,
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
@@ -427,7 +427,7 @@ impl<R: Runtime> Engine<'_, R> {
             mode: Some(record.workspace.mode()),
             workspace: Some(record.workspace.host_path().display().to_string()),
             branch: record.workspace.branch().map(str::to_owned),
-            kept_branch: opts.keep_branch && record.workspace.branch().is_some(),
+            kept_branch: opts.keep_branch && record.workspace.mode() == Mode::GitWorktree,
             archived,
         })
     }
@@ -483,8 +483,12 @@ impl<R: Runtime> Engine<'_, R> {
         };
         found.ok_or_else(|| {
             Error::NotFound(match wanted {
-                Some(w) => format!("sandbox {name} has no archive {w:?}; `git for-each-ref refs/forage/archive/{name}` in its repository lists them"),
-                None => format!("sandbox {name} has no archived work (down archives only work that would otherwise be lost)"),
+                Some(w) => {
+                    format!("sandbox {name} has no archive {w:?}; FORAGE_HOME/archives/{name}.json lists its archives")
+                }
+                None => format!(
+                    "sandbox {name} has no archived work (down archives only work that would otherwise be lost)"
+                ),
             })
         })
     }

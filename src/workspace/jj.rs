@@ -81,6 +81,9 @@ impl JjRequest {
         })?;
         let root_str = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
         let repo_dir = resolve_repo_dir(&root)?;
+        let workspace = name.branch();
+        let existing = jj(None, &["-R", root_str, "workspace", "list", "-T", "name ++ \"\\n\""])?;
+        // After the first jj call, so that "jj is not installed" is said plainly.
         let revset = base.unwrap_or("@-");
         let base: Vec<String> =
             jj(None, &["-R", root_str, "log", "-r", revset, "--no-graph", "-T", "commit_id ++ \"\\n\""])
@@ -94,8 +97,6 @@ impl JjRequest {
         if base.is_empty() {
             return Err(ws_err(format!("--base {revset:?} names no commit in {}", root.display())));
         }
-        let workspace = name.branch();
-        let existing = jj(None, &["-R", root_str, "workspace", "list", "-T", "name ++ \"\\n\""])?;
         if existing.lines().any(|w| w == workspace) {
             return Err(Error::Conflict(format!(
                 "{} already has a jj workspace named {workspace}, made by a sandbox of this name in another FORAGE_HOME or left over; `jj -R {:?} workspace list` shows it",
@@ -208,8 +209,12 @@ impl JjWorkspace {
             (self.git_dir(), std::fs::read_to_string(self.repo_dir.join("store/git_target")))
         {
             let git_inside = join_lexically(&inside.join("store"), target.trim());
-            if !git_inside.starts_with(&inside) {
-                mounts.extend(git_dir_mounts(&git_dir, &git_inside, read_only));
+            let guarded = git_dir_mounts(&git_dir, &git_inside, read_only);
+            if git_inside.starts_with(&inside) {
+                // Inside the repository's mount already: only its guards are added.
+                mounts.extend(guarded.into_iter().skip(1));
+            } else {
+                mounts.extend(guarded);
             }
         }
         mounts
@@ -219,7 +224,9 @@ impl JjWorkspace {
     /// command run in the workspace).
     fn snapshot(&self) -> Result<()> {
         if self.path.join(".jj").is_dir() {
-            jj(Some(&self.path), &["status"])?;
+            // jj skips new files above snapshot.max-new-file-size (1 MiB by default)
+            // with only a warning; an archive must not.
+            jj(Some(&self.path), &["--config", "snapshot.max-new-file-size=1099511627776", "status"])?;
         }
         Ok(())
     }
@@ -278,7 +285,8 @@ impl JjWorkspace {
     pub fn changed_files(&self) -> Result<Vec<String>> {
         self.snapshot()?;
         let rev = format!("{}@", self.workspace);
-        let out = jj(None, &["-R", self.repo_str(), "diff", "-r", &rev, "--summary"])?;
+        // Run in the workspace, so paths are relative to its root.
+        let out = jj(Some(&self.path), &["diff", "-r", &rev, "--summary"])?;
         Ok(out.lines().map(|l| l.trim().to_owned()).collect())
     }
 

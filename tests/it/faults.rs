@@ -213,7 +213,7 @@ fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
     assert_eq!(kinds.iter().filter(|k| **k == "orphan-workspace").count(), 2, "{report}");
 
     env.ok(&["gc", "--force"]);
-    env.assert_nothing_left();
+    env.assert_nothing_left_but_archives();
     // The git work is in an archive ref; the repository is otherwise as it was.
     let refs = git(&repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
     let r = refs.lines().next().unwrap_or_else(|| panic!("no archive ref"));
@@ -228,4 +228,25 @@ fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
     let files = crate::jj::jj(&jj_repo, &["file", "list", "-r", &format!("bookmarks(glob:\"forage/archive/{j}/*\")")]);
     assert!(files.contains("precious.txt"), "{files}");
     assert!(!crate::jj::jj(&jj_repo, &["workspace", "list"]).contains(&format!("forage-{j}")));
+    // gc remembered its archives, so restore finds them.
+    env.ok(&["restore", &g]);
+    assert_eq!(git(&repo, &["show", &format!("forage-{g}:precious.txt")]), "precious\n");
+}
+
+#[test]
+fn gc_never_deletes_a_repository_it_cannot_trace_back() {
+    let env = Env::new();
+    let stray = env.home.join("workspaces").join(env.unique("stray"));
+    std::fs::create_dir_all(&stray).unwrap();
+    git(&stray, &["init", "-q", "-b", "main"]);
+    std::fs::write(stray.join("work.txt"), "someone's work\n").unwrap();
+    let plain = env.home.join("workspaces").join(env.unique("plain"));
+    std::fs::create_dir_all(&plain).unwrap();
+
+    let report: serde_json::Value = serde_json::from_str(&env.ok(&["gc", "--force", "--json"])).unwrap();
+    let about =
+        |p: &Path| report.as_array().unwrap().iter().find(|f| f["subject"] == p.to_str().unwrap()).cloned().unwrap();
+    assert!(about(&stray)["action"].as_str().unwrap().contains("by hand"), "{report}");
+    assert!(stray.join("work.txt").exists(), "a repository forage cannot trace is left alone");
+    assert!(!plain.exists(), "an empty leftover directory is removed");
 }

@@ -55,6 +55,8 @@ fn an_agent_edits_and_describes_inside_and_down_keeps_every_change() {
             &name,
             "cd /workspace && jj st && echo agent > b.txt && jj describe -m 'agent change' && jj new && echo wip > c.txt && jj diff --summary && jj log -r @- --no-graph -T description",
         );
+        // A new file over jj's default snapshot size limit (1 MiB), never snapshotted inside.
+        sh(&env, &name, "head -c 2000000 /dev/zero | tr '\\0' x > /workspace/big.bin");
         assert!(out.contains("A c.txt") && out.ends_with("agent change\n"), "{out}");
         // The change is the host repository's at once.
         assert!(descriptions(&repo).contains("agent change"));
@@ -86,7 +88,7 @@ fn an_agent_edits_and_describes_inside_and_down_keeps_every_change() {
         );
         assert!(archived.contains("agent change"), "{archived}");
         let files = jj(&repo, &["file", "list", "-r", &format!("bookmarks(glob:\"{bookmark}/*\")")]);
-        assert!(files.contains("b.txt") && files.contains("c.txt"), "{files}");
+        assert!(files.contains("b.txt") && files.contains("c.txt") && files.contains("big.bin"), "{files}");
 
         // restore --up: a sandbox on top of the archived work.
         env.ok(&["restore", &name, "--up"]);
