@@ -5,9 +5,14 @@
 pub mod gc;
 pub mod journal;
 pub mod launcher;
+mod lifecycle;
+mod plan;
+mod query;
+
+pub use plan::{preflight, SecretFile, UpRequest};
+pub use query::{GitStatus, SandboxRow, SandboxStatus};
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,13 +22,14 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
 use crate::progress::Progress;
-use crate::runtime::image::BuildContext;
-use crate::runtime::{ContainerDetails, ContainerSpec, Identity, ImageSource, Mount, Runtime, AGENT_HOME};
+use crate::runtime::{ContainerSpec, Identity, Runtime, AGENT_HOME};
 use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
-use crate::template::{self, Network};
+use crate::template;
 use crate::workspace::git::{self, Archived};
 use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
 use journal::{Step, UndoScope};
+use plan::{extra_mounts, image_source, secret_env};
+use query::not_found;
 
 /// Set by the CLI's signal handlers; `up` checks it between steps and rolls back.
 /// Steps are never cut off half way, so an undo never races its own effect.
@@ -46,32 +52,6 @@ impl Cancel {
             Ok(())
         }
     }
-}
-
-/// A fully validated `up`.
-#[derive(Debug, Clone)]
-pub struct UpRequest {
-    pub name: SandboxName,
-    pub template: template::Resolved,
-    pub workspace: WorkspaceRequest,
-    pub image: Option<String>,
-    pub env: Vec<(String, String)>,
-    pub network: Option<Network>,
-    pub memory: Option<String>,
-    pub cpus: Option<f64>,
-    pub read_only: bool,
-    pub start: bool,
-    pub agent_args: Vec<String>,
-    /// `--secret NAME=FILE`, each file checked readable.
-    pub secrets: Vec<SecretFile>,
-}
-
-/// A secret given on the command line: a name and the file holding its value.
-/// forage never reads the value; it mounts the file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SecretFile {
-    pub name: String,
-    pub path: PathBuf,
 }
 
 pub struct Engine<'a, R: Runtime> {
@@ -431,254 +411,6 @@ impl<R: Runtime> Engine<'_, R> {
             archived,
         })
     }
-
-    /// Every sandbox of this home, from the records plus one Engine API call.
-    pub async fn list(&self) -> Result<Vec<SandboxRow>> {
-        let records = self.home.load_all()?;
-        let containers = self.runtime.list(&self.home.label()).await?;
-        let mut by_sandbox: HashMap<String, String> = containers.into_iter().map(|c| (c.sandbox, c.state)).collect();
-        let mut rows = Vec::with_capacity(records.len());
-        for r in records {
-            let container_state = by_sandbox.remove(r.name.as_str());
-            let status = self.status_word(&r, container_state.as_deref())?;
-            rows.push(SandboxRow::new(&r, status));
-        }
-        for (sandbox, _state) in by_sandbox {
-            rows.push(SandboxRow {
-                name: sandbox,
-                mode: "-".into(),
-                template: "-".into(),
-                status: "orphan".into(),
-                branch: None,
-                workspace: "-".into(),
-                created_at: None,
-            });
-        }
-        rows.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(rows)
-    }
-
-    /// One word for `list`: Docker's container state, or what forage knows better.
-    fn status_word(&self, r: &Record, container_state: Option<&str>) -> Result<String> {
-        Ok(match r.state {
-            RecordState::Ready => container_state.unwrap_or("missing").to_owned(),
-            RecordState::Creating | RecordState::Removing => {
-                if self.home.try_lock_sandbox(&r.name)?.is_some() {
-                    "broken".into()
-                } else if r.state == RecordState::Creating {
-                    "creating".into()
-                } else {
-                    "removing".into()
-                }
-            }
-        })
-    }
-
-    /// The archive to restore: the one named (by ref or timestamp), else the newest.
-    pub fn find_archive(&self, name: &SandboxName, wanted: Option<&str>) -> Result<ArchiveEntry> {
-        let all = self.home.archives(name)?;
-        let found = match wanted {
-            Some(w) => all.into_iter().rev().find(|a| a.refname == w || a.refname.ends_with(&format!("/{w}"))),
-            None => all.into_iter().next_back(),
-        };
-        found.ok_or_else(|| {
-            Error::NotFound(match wanted {
-                Some(w) => {
-                    format!("sandbox {name} has no archive {w:?}; FORAGE_HOME/archives/{name}.json lists its archives")
-                }
-                None => format!(
-                    "sandbox {name} has no archived work (down archives only work that would otherwise be lost)"
-                ),
-            })
-        })
-    }
-
-    /// Brings archived work back as a branch (default `forage-<name>`) at the
-    /// archive commit; uncommitted files come back as that commit's changes.
-    pub fn restore_branch(&self, entry: &ArchiveEntry, branch: &str) -> Result<()> {
-        let _repo = self.home.lock_repo(&entry.common_dir)?;
-        match entry.mode {
-            Mode::Jj => crate::workspace::jj::restore_bookmark(&entry.repo, &entry.commit, branch),
-            _ => git::restore_branch(&entry.common_dir, &entry.refname, branch),
-        }
-    }
-
-    pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
-        let record = self.record(name)?;
-        let git = match &record.workspace {
-            WorkspaceRecord::GitWorktree(g) => {
-                let (ahead, behind) = g.ahead_behind()?.unwrap_or((0, 0));
-                Some(GitStatus {
-                    branch: g.branch.clone(),
-                    base: g.base.clone(),
-                    base_ref: g.base_ref.clone(),
-                    ahead,
-                    behind,
-                    dirty: g.dirty_files()?,
-                })
-            }
-            WorkspaceRecord::Jj(j) => Some(GitStatus {
-                branch: j.workspace.clone(),
-                base: j.base.join(","),
-                base_ref: None,
-                ahead: j.work_count()?,
-                behind: 0,
-                dirty: j.changed_files()?,
-            }),
-            WorkspaceRecord::Direct { .. } => None,
-        };
-        let container = self.runtime.inspect(&record.container).await?;
-        let state = container.as_ref().map(|c| c.state.as_str());
-        let status = self.status_word(&record, state)?;
-        Ok(SandboxStatus { git, row: SandboxRow::new(&record, status), record, container })
-    }
-
-    /// The record of an existing sandbox, or a not-found error naming it.
-    pub fn record(&self, name: &SandboxName) -> Result<Record> {
-        self.home.load(name)?.ok_or_else(|| not_found(name))
-    }
-
-    pub async fn start(&self, name: &SandboxName) -> Result<()> {
-        let _lock = self.home.lock_sandbox(name)?;
-        let record = self.ready_record(name).await?;
-        self.runtime.start(&record.container).await?;
-        if let Err(e) = self.run_init(&record).await {
-            // The agent's launcher would wait for init forever: stop it instead.
-            self.runtime.stop(&record.container, record.stop_timeout).await?;
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    pub async fn stop(&self, name: &SandboxName) -> Result<()> {
-        let _lock = self.home.lock_sandbox(name)?;
-        let record = self.ready_record(name).await?;
-        self.runtime.stop(&record.container, record.stop_timeout).await
-    }
-
-    pub async fn restart(&self, name: &SandboxName) -> Result<()> {
-        self.stop(name).await?;
-        self.start(name).await
-    }
-
-    async fn ready_record(&self, name: &SandboxName) -> Result<Record> {
-        let record = self.record(name)?;
-        if record.state != RecordState::Ready {
-            return Err(Error::Conflict(format!(
-                "sandbox {name} is half made or half removed; finish with `forage-ctl down {name}`"
-            )));
-        }
-        if self.runtime.inspect(&record.container).await?.is_none() {
-            return Err(Error::NotFound(format!(
-                "the container of sandbox {name} ({}) is gone; recreate it with `forage-ctl down {name}` and `forage-ctl up {name} …`",
-                record.container
-            )));
-        }
-        Ok(record)
-    }
-}
-
-/// Where the image comes from: `--image`, else the template's image, build or host tools.
-fn image_source(req: &UpRequest) -> Result<ImageSource> {
-    let t = &req.template.template;
-    let name = req.template.name.clone();
-    if let Some(image) = req.image.clone().or_else(|| t.image.clone()) {
-        return Ok(ImageSource::Reference(image));
-    }
-    if let Some(spec) = &t.host_image {
-        return Ok(ImageSource::Host { template: name, spec: spec.clone() });
-    }
-    let build = t.build.as_ref().expect("templates are validated to name an image source");
-    let context = match (req.template.dir(), req.template.builtin_dockerfile) {
-        (_, Some(dockerfile)) => BuildContext::Embedded { dockerfile },
-        (Some(dir), None) => BuildContext::Dir { dir: dir.join(&build.context), dockerfile: build.dockerfile.clone() },
-        (None, None) => return Err(Error::other(format!("template {name} has `build` but no directory to build in"))),
-    };
-    Ok(ImageSource::Build { template: name, context })
-}
-
-/// The agent's secret environment: (VAR, secret name) for each secret the template
-/// asks for, all of which must have been given.
-fn secret_env(req: &UpRequest) -> Result<Vec<(String, String)>> {
-    let t = &req.template;
-    let mut out = Vec::new();
-    for (var, secret) in &t.template.agent.secrets {
-        if !req.secrets.iter().any(|s| &s.name == secret) {
-            return Err(Error::Usage(format!(
-                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value",
-                t.name
-            )));
-        }
-        out.push((var.clone(), secret.clone()));
-    }
-    Ok(out)
-}
-
-/// True for a Unix socket, or a directory holding the engine's socket (DOCKER_HOST's
-/// or the default one): mounting either would let the agent drive Docker.
-fn exposes_engine_socket(source: &std::path::Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    if std::fs::metadata(source).is_ok_and(|m| m.file_type().is_socket()) {
-        return true;
-    }
-    let configured = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
-    [configured, Some(PathBuf::from("/var/run/docker.sock")), Some(PathBuf::from("/run/docker.sock"))]
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.canonicalize().ok())
-        .any(|socket| socket.starts_with(source))
-}
-
-/// Everything about an `up` that can be checked without Docker: the image source,
-/// the secrets the template needs, the mounts. `up` runs it again itself.
-pub fn preflight(req: &UpRequest) -> Result<()> {
-    image_source(req)?;
-    secret_env(req)?;
-    extra_mounts(req)?;
-    Ok(())
-}
-
-/// The template's extra mounts (sources resolved and checked) and one read-only
-/// mount per secret file at /run/secrets/<name>.
-fn extra_mounts(req: &UpRequest) -> Result<Vec<Mount>> {
-    let mut mounts = Vec::new();
-    for m in &req.template.template.mounts {
-        let source = if let Some(rest) = m.source.strip_prefix("~/") {
-            let home = std::env::var_os("HOME")
-                .ok_or_else(|| Error::Usage("HOME is not set, so `~/` in a mount cannot be resolved".into()))?;
-            PathBuf::from(home).join(rest)
-        } else if m.source.starts_with('/') {
-            PathBuf::from(&m.source)
-        } else {
-            match req.template.dir() {
-                Some(dir) => dir.join(&m.source),
-                None => PathBuf::from(&m.source),
-            }
-        };
-        let source = source.canonicalize().map_err(|e| {
-            Error::Usage(format!(
-                "template {} mounts {} ({e}); create it or remove the mount from the template",
-                req.template.name,
-                source.display()
-            ))
-        })?;
-        if exposes_engine_socket(&source) {
-            return Err(Error::Usage(format!(
-                "template {} mounts {}, which is or contains the Docker engine's socket; forage never hands an agent the engine",
-                req.template.name,
-                source.display()
-            )));
-        }
-        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
-    }
-    for s in &req.secrets {
-        mounts.push(Mount {
-            source: s.path.clone(),
-            target: format!("{}/{}", launcher::SECRETS_DIR, s.name),
-            read_only: true,
-        });
-    }
-    Ok(mounts)
 }
 
 /// Fails with `Conflict` if a sandbox of this name exists. `up` checks this first,
@@ -692,24 +424,6 @@ pub fn ensure_name_free(home: &Home, name: &SandboxName) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn not_found(name: &SandboxName) -> Error {
-    Error::NotFound(format!("no sandbox named {:?}; `forage-ctl list` shows the existing ones", name.as_str()))
-}
-
-/// What `status` tells of a git-worktree sandbox.
-#[derive(Debug, Clone, Serialize)]
-pub struct GitStatus {
-    pub branch: String,
-    pub base: String,
-    pub base_ref: Option<String>,
-    /// Commits on the branch not on the base.
-    pub ahead: usize,
-    /// Commits on the base (its current tip) not on the branch.
-    pub behind: usize,
-    /// Uncommitted files: staged, unstaged, untracked and not ignored.
-    pub dirty: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -742,40 +456,4 @@ pub struct DownReport {
     pub branch: Option<String>,
     pub kept_branch: bool,
     pub archived: Option<Archived>,
-}
-
-/// One row of `list`.
-#[derive(Debug, Clone, Serialize)]
-pub struct SandboxRow {
-    pub name: String,
-    pub mode: String,
-    pub template: String,
-    pub status: String,
-    pub branch: Option<String>,
-    pub workspace: String,
-    /// Seconds since the Unix epoch.
-    pub created_at: Option<u64>,
-}
-
-impl SandboxRow {
-    fn new(r: &Record, status: String) -> Self {
-        SandboxRow {
-            name: r.name.to_string(),
-            mode: r.workspace.mode().to_string(),
-            template: r.template.clone(),
-            status,
-            branch: r.workspace.branch().map(str::to_owned),
-            workspace: r.workspace.host_path().display().to_string(),
-            created_at: Some(r.created_at),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SandboxStatus {
-    pub git: Option<GitStatus>,
-    #[serde(flatten)]
-    pub row: SandboxRow,
-    pub record: Record,
-    pub container: Option<ContainerDetails>,
 }

@@ -1,0 +1,146 @@
+//! What forage tells about sandboxes: `list` (records plus one Engine API call)
+//! and `status`.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::runtime::{ContainerDetails, Runtime};
+use crate::store::{Record, RecordState};
+use crate::workspace::WorkspaceRecord;
+
+impl<R: Runtime> Engine<'_, R> {
+    /// Every sandbox of this home, from the records plus one Engine API call.
+    pub async fn list(&self) -> Result<Vec<SandboxRow>> {
+        let records = self.home.load_all()?;
+        let containers = self.runtime.list(&self.home.label()).await?;
+        let mut by_sandbox: HashMap<String, String> = containers.into_iter().map(|c| (c.sandbox, c.state)).collect();
+        let mut rows = Vec::with_capacity(records.len());
+        for r in records {
+            let container_state = by_sandbox.remove(r.name.as_str());
+            let status = self.status_word(&r, container_state.as_deref())?;
+            rows.push(SandboxRow::new(&r, status));
+        }
+        for (sandbox, _state) in by_sandbox {
+            rows.push(SandboxRow {
+                name: sandbox,
+                mode: "-".into(),
+                template: "-".into(),
+                status: "orphan".into(),
+                branch: None,
+                workspace: "-".into(),
+                created_at: None,
+            });
+        }
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
+
+    /// One word for `list`: Docker's container state, or what forage knows better.
+    fn status_word(&self, r: &Record, container_state: Option<&str>) -> Result<String> {
+        Ok(match r.state {
+            RecordState::Ready => container_state.unwrap_or("missing").to_owned(),
+            RecordState::Creating | RecordState::Removing => {
+                if self.home.try_lock_sandbox(&r.name)?.is_some() {
+                    "broken".into()
+                } else if r.state == RecordState::Creating {
+                    "creating".into()
+                } else {
+                    "removing".into()
+                }
+            }
+        })
+    }
+
+    pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
+        let record = self.record(name)?;
+        let git = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) => {
+                let (ahead, behind) = g.ahead_behind()?.unwrap_or((0, 0));
+                Some(GitStatus {
+                    branch: g.branch.clone(),
+                    base: g.base.clone(),
+                    base_ref: g.base_ref.clone(),
+                    ahead,
+                    behind,
+                    dirty: g.dirty_files()?,
+                })
+            }
+            WorkspaceRecord::Jj(j) => Some(GitStatus {
+                branch: j.workspace.clone(),
+                base: j.base.join(","),
+                base_ref: None,
+                ahead: j.work_count()?,
+                behind: 0,
+                dirty: j.changed_files()?,
+            }),
+            WorkspaceRecord::Direct { .. } => None,
+        };
+        let container = self.runtime.inspect(&record.container).await?;
+        let state = container.as_ref().map(|c| c.state.as_str());
+        let status = self.status_word(&record, state)?;
+        Ok(SandboxStatus { git, row: SandboxRow::new(&record, status), record, container })
+    }
+
+    /// The record of an existing sandbox, or a not-found error naming it.
+    pub fn record(&self, name: &SandboxName) -> Result<Record> {
+        self.home.load(name)?.ok_or_else(|| not_found(name))
+    }
+}
+
+pub(crate) fn not_found(name: &SandboxName) -> Error {
+    Error::NotFound(format!("no sandbox named {:?}; `forage-ctl list` shows the existing ones", name.as_str()))
+}
+
+/// What `status` tells of a git-worktree sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct GitStatus {
+    pub branch: String,
+    pub base: String,
+    pub base_ref: Option<String>,
+    /// Commits on the branch not on the base.
+    pub ahead: usize,
+    /// Commits on the base (its current tip) not on the branch.
+    pub behind: usize,
+    /// Uncommitted files: staged, unstaged, untracked and not ignored.
+    pub dirty: Vec<String>,
+}
+
+/// One row of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxRow {
+    pub name: String,
+    pub mode: String,
+    pub template: String,
+    pub status: String,
+    pub branch: Option<String>,
+    pub workspace: String,
+    /// Seconds since the Unix epoch.
+    pub created_at: Option<u64>,
+}
+
+impl SandboxRow {
+    fn new(r: &Record, status: String) -> Self {
+        SandboxRow {
+            name: r.name.to_string(),
+            mode: r.workspace.mode().to_string(),
+            template: r.template.clone(),
+            status,
+            branch: r.workspace.branch().map(str::to_owned),
+            workspace: r.workspace.host_path().display().to_string(),
+            created_at: Some(r.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxStatus {
+    pub git: Option<GitStatus>,
+    #[serde(flatten)]
+    pub row: SandboxRow,
+    pub record: Record,
+    pub container: Option<ContainerDetails>,
+}
