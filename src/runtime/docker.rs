@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures_util::TryStreamExt;
 
 use super::{
-    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, Runtime, AGENT_HOME,
+    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, ReadyImage, Runtime, AGENT_HOME,
     WORKSPACE_TARGET,
 };
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
@@ -153,22 +153,33 @@ fn docker_mount(m: &Mount) -> DockerMount {
 }
 
 impl Runtime for Docker {
-    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<String> {
-        match source {
-            ImageSource::Reference(reference) => match self.api.inspect_image(reference).await {
-                Ok(_) => Ok(reference.clone()),
-                Err(e) if is_docker_not_found(&e) => Err(Error::NotFound(format!(
-                    "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
-                ))),
-                Err(e) => Err(Error::docker(format!("inspecting image {reference}"), e)),
-            },
+    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<ReadyImage> {
+        let reference = match source {
+            ImageSource::Reference(reference) => reference.clone(),
             ImageSource::Host { template, spec } => {
-                super::image::ensure_host_image(&self.api, template, spec, progress).await
+                // Built for the invoking user: it carries their identity.
+                let reference = super::image::ensure_host_image(&self.api, template, spec, progress).await?;
+                return Ok(ReadyImage { reference, has_identity: true });
             }
             ImageSource::Build { template, context } => {
-                super::image::ensure_built_image(&self.api, template, context, progress).await
+                super::image::ensure_built_image(&self.api, template, context, progress).await?
             }
-        }
+        };
+        let image = match self.api.inspect_image(&reference).await {
+            Ok(image) => image,
+            Err(e) if is_docker_not_found(&e) => {
+                return Err(Error::NotFound(format!(
+                    "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
+                )))
+            }
+            Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
+        };
+        let me = Identity::current();
+        let has_identity = image
+            .config
+            .and_then(|c| c.labels)
+            .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&format!("{}:{}", me.uid, me.gid)));
+        Ok(ReadyImage { reference, has_identity })
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
@@ -188,7 +199,7 @@ impl Runtime for Docker {
             ..Default::default()
         };
         let config = Config {
-            image: Some(spec.image.clone()),
+            image: Some(spec.image.reference.clone()),
             cmd: Some(spec.command.clone()),
             env: Some(spec.env.clone()),
             labels: Some(spec.labels.clone()),
@@ -212,16 +223,7 @@ impl Runtime for Docker {
             }
             Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
         }
-        // Images forage built for this user already hold the entries and HOME.
-        let identity = format!("{}:{}", spec.identity.uid, spec.identity.gid);
-        let ready = match self.api.inspect_image(&spec.image).await {
-            Ok(image) => image
-                .config
-                .and_then(|c| c.labels)
-                .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&identity)),
-            Err(e) => return Err(Error::docker(format!("inspecting image {}", spec.image), e)),
-        };
-        if ready {
+        if spec.image.has_identity {
             return Ok(());
         }
         self.install_identity(&spec.name, spec.identity).await

@@ -44,7 +44,7 @@ pub struct Mount {
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
     pub name: String,
-    pub image: String,
+    pub image: ReadyImage,
     pub labels: HashMap<String, String>,
     pub command: Vec<String>,
     pub env: Vec<String>,
@@ -56,6 +56,15 @@ pub struct ContainerSpec {
     pub network: Network,
     pub stop_signal: String,
     pub stop_timeout: u32,
+}
+
+/// An image in the engine, ready for `create`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadyImage {
+    pub reference: String,
+    /// The image already holds the invoking user's passwd/group entries and HOME
+    /// (forage built it for them), so `create` copies nothing in.
+    pub has_identity: bool,
 }
 
 /// Where a sandbox's image comes from.
@@ -92,8 +101,8 @@ pub struct ContainerDetails {
 
 #[allow(async_fn_in_trait)]
 pub trait Runtime {
-    /// Makes the image available and returns the reference to create containers from.
-    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<String>;
+    /// Makes the image available and says how to create containers from it.
+    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<ReadyImage>;
     /// Creates (but does not start) the container, with the user's passwd/group
     /// entries and a writable HOME in place.
     async fn create(&self, spec: &ContainerSpec) -> Result<()>;

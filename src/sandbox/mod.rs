@@ -8,6 +8,8 @@ pub mod launcher;
 mod lifecycle;
 mod plan;
 mod query;
+#[cfg(test)]
+mod tests;
 
 pub use plan::{preflight, SecretFile, UpRequest};
 pub use query::{GitStatus, SandboxRow, SandboxStatus};
@@ -138,7 +140,7 @@ impl<R: Runtime> Engine<'_, R> {
             state: RecordState::Creating,
             created_at: now(),
             template: req.template.name.clone(),
-            image,
+            image: image.reference,
             container,
             workspace,
             stop_timeout: t.stop_timeout,

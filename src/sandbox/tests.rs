@@ -1,0 +1,152 @@
+//! Ordering and rollback of the engine, against a fake runtime that records what
+//! it is asked to do. (The real engine is exercised by tests/it.)
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::progress::Silent;
+use crate::runtime::{ContainerDetails, ContainerSummary, ImageSource, ReadyImage};
+use crate::workspace::direct::DirectPath;
+use crate::workspace::git::GitRequest;
+
+#[derive(Default)]
+struct FakeRuntime {
+    calls: RefCell<Vec<String>>,
+    fail_start: bool,
+    /// A path that must still exist whenever the container is removed.
+    workspace_must_exist: Option<PathBuf>,
+}
+
+impl FakeRuntime {
+    fn log(&self, call: &str) {
+        self.calls.borrow_mut().push(call.to_owned());
+    }
+    fn calls(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+}
+
+impl Runtime for FakeRuntime {
+    async fn ensure_image(&self, _: &ImageSource, _: &dyn Progress) -> Result<ReadyImage> {
+        self.log("ensure_image");
+        Ok(ReadyImage { reference: "fake:1".into(), has_identity: true })
+    }
+    async fn create(&self, spec: &ContainerSpec) -> Result<()> {
+        self.log(&format!("create {}", spec.name));
+        Ok(())
+    }
+    async fn start(&self, name: &str) -> Result<()> {
+        self.log(&format!("start {name}"));
+        if self.fail_start {
+            return Err(Error::other("start failed on purpose"));
+        }
+        Ok(())
+    }
+    async fn stop(&self, name: &str, _: u32) -> Result<()> {
+        self.log(&format!("stop {name}"));
+        Ok(())
+    }
+    async fn remove(&self, name: &str) -> Result<()> {
+        if let Some(p) = &self.workspace_must_exist {
+            assert!(p.exists(), "the workspace was touched before the container was gone");
+        }
+        self.log(&format!("remove {name}"));
+        Ok(())
+    }
+    async fn inspect(&self, _: &str) -> Result<Option<ContainerDetails>> {
+        Ok(None)
+    }
+    async fn run_captured(&self, _: &str, command: Vec<String>, _: Identity) -> Result<(i64, String)> {
+        self.log(&format!("run {}", command.join(" ")));
+        Ok((0, String::new()))
+    }
+    async fn list(&self, _: &str) -> Result<Vec<ContainerSummary>> {
+        Ok(Vec::new())
+    }
+}
+
+fn template() -> template::Resolved {
+    template::Resolved {
+        name: "fake".into(),
+        origin: template::Origin::Builtin,
+        template: template::parse("image: fake:1\nagent: {command: [sh]}\n", "fake").unwrap(),
+        builtin_dockerfile: None,
+    }
+}
+
+fn request(name: &str, workspace: WorkspaceRequest) -> UpRequest {
+    UpRequest {
+        name: SandboxName::parse(name).unwrap(),
+        template: template(),
+        workspace,
+        image: None,
+        env: Vec::new(),
+        network: None,
+        memory: None,
+        cpus: None,
+        read_only: false,
+        start: true,
+        agent_args: Vec::new(),
+        secrets: Vec::new(),
+    }
+}
+
+fn engine<'a>(home: &Path, runtime: &'a FakeRuntime) -> Engine<'a, FakeRuntime> {
+    Engine { home: Home::at(home.to_path_buf()).unwrap(), runtime, progress: &Silent, cancel: Cancel::default() }
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+}
+
+#[test]
+fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = FakeRuntime { fail_start: true, ..Default::default() };
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    let err = block_on(engine(&dir.path().join("home"), &runtime).up(request("a", ws))).unwrap_err();
+    assert!(err.to_string().contains("start failed on purpose"));
+    assert_eq!(runtime.calls(), ["ensure_image", "create forage-a", "start forage-a", "remove forage-a"]);
+    let home = Home::at(dir.path().join("home")).unwrap();
+    assert!(home.load(&SandboxName::parse("a").unwrap()).unwrap().is_none());
+}
+
+#[test]
+fn up_journals_each_step_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = FakeRuntime::default();
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    let record = block_on(engine(&dir.path().join("home"), &runtime).up(request("b", ws))).unwrap();
+    assert_eq!(record.state, RecordState::Ready);
+    assert_eq!(record.journal, vec![Step::Container { name: "forage-b".into() }]);
+}
+
+#[test]
+fn down_removes_the_container_before_it_touches_the_worktree() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo_dir = dir.path().join("repo");
+    let repo = git2::Repository::init(&repo_dir).unwrap();
+    std::fs::write(repo_dir.join("a"), "a").unwrap();
+    let mut index = repo.index().unwrap();
+    index.add_path(Path::new("a")).unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("t", "t@example.com").unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+
+    let home = dir.path().join("home");
+    let name = SandboxName::parse("c").unwrap();
+    let worktree = home.join("workspaces/c");
+    let ws =
+        WorkspaceRequest::GitWorktree(GitRequest::validate(&repo_dir, None, None, &name, worktree.clone()).unwrap());
+    let runtime = FakeRuntime { workspace_must_exist: Some(worktree.clone()), ..Default::default() };
+    let eng = engine(&home, &runtime);
+    block_on(eng.up(request("c", ws))).unwrap();
+    assert!(worktree.join("a").exists());
+
+    let report = block_on(eng.down(&name, DownOptions::default())).unwrap();
+    assert!(report.archived.is_none(), "nothing to archive");
+    assert_eq!(runtime.calls()[3..], ["stop forage-c", "remove forage-c"]);
+    assert!(!worktree.exists(), "the worktree goes once the container is gone");
+    assert!(repo.find_branch("forage-c", git2::BranchType::Local).is_err());
+}
