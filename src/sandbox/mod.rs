@@ -150,8 +150,9 @@ impl<R: Runtime> Engine<'_, R> {
         };
         self.home.create(&record)?;
         if let Err(e) = self.checkpoint("record").await {
-            drop(lock);
+            // Forget the sandbox while still holding its lock.
             self.home.remove(&record.name)?;
+            drop(lock);
             return Err(e);
         }
 
