@@ -61,6 +61,7 @@ impl GitRequest {
         if !raw.exists() {
             return Err(ws_err(format!("repository path {shown:?} does not exist; pass the path of a git repository")));
         }
+        super::ensure_readable(raw)?;
         let repo = Repository::discover(raw).map_err(|_| {
             ws_err(format!(
                 "{shown:?} is not inside a git repository; run `git init` there first, or mount it as it is with --workspace"

@@ -76,6 +76,7 @@ impl JjRequest {
         let start = raw.canonicalize().map_err(|_| {
             ws_err(format!("repository path {shown:?} does not exist; pass the path of a jj repository"))
         })?;
+        super::ensure_readable(&start)?;
         let root = jj_root(&start).ok_or_else(|| {
             ws_err(format!("{shown:?} is not inside a jj repository; run `jj git init` there first, or use --git-worktree / --workspace"))
         })?;

@@ -96,6 +96,18 @@ pub fn detect_mode(repo: &Path) -> Mode {
     Mode::GitWorktree
 }
 
+/// Fails clearly when the user may not read `repo` (rather than calling it "not a
+/// repository", which is what git and jj would conclude).
+pub fn ensure_readable(repo: &Path) -> crate::error::Result<()> {
+    match std::fs::read_dir(repo) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(crate::error::Error::Workspace(format!(
+            "repository path {:?} cannot be read ({e}); check its permissions",
+            repo.display().to_string()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A workspace the user asked for, validated but not yet created.
 #[derive(Debug, Clone)]
 pub enum WorkspaceRequest {

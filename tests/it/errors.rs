@@ -99,3 +99,44 @@ fn bad_usage_exits_2() {
     assert!(stderr.contains("lots"), "{stderr}");
     env.assert_nothing_left();
 }
+
+/// CI runs as root, for whom everything is readable; an ordinary user (in the
+/// docker group) meets the unreadable workspace, secret file and repository.
+#[test]
+fn unreadable_paths_are_refused_clearly_and_create_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let docker_gid = nix::unistd::Group::from_name("docker").unwrap().expect("a docker group").gid.as_raw();
+    let uid = 4243;
+    let env = Env::new();
+    nix::unistd::chown(env.dir.path(), Some(uid.into()), Some(docker_gid.into())).unwrap();
+    let locked = |rel: &str| {
+        let p = env.mkdir(rel);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+        p
+    };
+    let ws = locked("ws");
+    let repo = locked("repo");
+    let secret = env.path("secret");
+    std::fs::write(&secret, "s").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let readable_ws = env.mkdir("ok");
+    nix::unistd::chown(&readable_ws, Some(uid.into()), Some(docker_gid.into())).unwrap();
+
+    let as_user = |args: &[&str], code: i32, needle: &str| {
+        let out = env.cmd(args).uid(uid).gid(docker_gid).env("HOME", env.dir.path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle) && stderr.lines().count() == 1, "{args:?}: {stderr}");
+    };
+    as_user(&["up", "unread-ws", "--workspace", ws.to_str().unwrap()], 6, "cannot be read");
+    as_user(&["up", "unread-repo", "--git-worktree", repo.to_str().unwrap()], 6, "cannot be read");
+    as_user(&["up", "unread-jj", "--jj", repo.to_str().unwrap()], 6, "cannot be read");
+    let secret_arg = format!("key={}", secret.display());
+    as_user(
+        &["up", "unread-secret", "--workspace", readable_ws.to_str().unwrap(), "--secret", &secret_arg],
+        2,
+        "cannot be read",
+    );
+    env.assert_nothing_left();
+}
