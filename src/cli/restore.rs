@@ -62,18 +62,8 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
         )?),
     };
     let request = UpRequest {
-        name: args.name,
-        template: template::resolve(&entry.template)?,
-        workspace,
-        image: None,
-        env: Vec::new(),
-        network: None,
-        memory: None,
-        cpus: None,
-        read_only: false,
-        start: true,
-        agent_args: Vec::new(),
         secrets: super::up::secret_files(&args.secrets)?,
+        ..UpRequest::new(args.name, template::resolve(&entry.template)?, workspace)
     };
     crate::sandbox::preflight(&request)?;
     super::up::bring_up(ctx, request).await

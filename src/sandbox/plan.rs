@@ -29,6 +29,26 @@ pub struct UpRequest {
     pub secrets: Vec<SecretFile>,
 }
 
+impl UpRequest {
+    /// The template as it is: no overrides, started, no secrets.
+    pub fn new(name: SandboxName, template: template::Resolved, workspace: WorkspaceRequest) -> Self {
+        UpRequest {
+            name,
+            template,
+            workspace,
+            image: None,
+            env: Vec::new(),
+            network: None,
+            memory: None,
+            cpus: None,
+            read_only: false,
+            start: true,
+            agent_args: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+}
+
 /// A secret given on the command line: a name and the file holding its value.
 /// forage never reads the value; it mounts the file.
 #[derive(Debug, Clone, PartialEq)]

@@ -76,20 +76,7 @@ fn template() -> template::Resolved {
 }
 
 fn request(name: &str, workspace: WorkspaceRequest) -> UpRequest {
-    UpRequest {
-        name: SandboxName::parse(name).unwrap(),
-        template: template(),
-        workspace,
-        image: None,
-        env: Vec::new(),
-        network: None,
-        memory: None,
-        cpus: None,
-        read_only: false,
-        start: true,
-        agent_args: Vec::new(),
-        secrets: Vec::new(),
-    }
+    UpRequest::new(SandboxName::parse(name).unwrap(), template(), workspace)
 }
 
 fn engine<'a>(home: &Path, runtime: &'a FakeRuntime) -> Engine<'a, FakeRuntime> {
