@@ -5,6 +5,7 @@ use super::Ctx;
 use crate::error::Result;
 use crate::names::SandboxName;
 use crate::progress::Silent;
+use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -26,8 +27,19 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
     println!("status:     {}", s.row.status);
     println!("mode:       {}", r.workspace.mode());
     println!("workspace:  {}", r.workspace.host_path().display());
-    if let Some(branch) = r.workspace.branch() {
-        println!("branch:     {branch}");
+    if let Some(g) = &s.git {
+        let (kind, change) =
+            if r.workspace.mode() == Mode::Jj { ("jj workspace", "change") } else { ("branch", "commit") };
+        let plural = |n: usize| format!("{n} {change}{}", if n == 1 { "" } else { "s" });
+        println!("{:<12}{}", format!("{kind}:"), g.branch);
+        let base = g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/")).unwrap_or(&g.base);
+        println!("base:       {base} ({} ahead, {} behind)", plural(g.ahead), plural(g.behind));
+        if g.dirty.is_empty() {
+            println!("changes:    none uncommitted");
+        }
+        for f in &g.dirty {
+            println!("changed:    {f}");
+        }
     }
     println!("template:   {}", r.template);
     println!("image:      {}", r.image);

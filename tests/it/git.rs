@@ -145,6 +145,14 @@ fn two_sandboxes_on_one_repository_do_not_disturb_each_other() {
     let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", "g-two", "--json"])).unwrap();
     assert_eq!(status["git"]["ahead"], 1);
     assert_eq!(status["git"]["branch"], "forage-g-two");
+    sh(&env, "g-two", "cd /workspace && echo dirty > dirty.txt");
+    let text = env.ok(&["status", "g-two"]);
+    assert!(
+        text.contains("branch:     forage-g-two")
+            && text.contains("base:       main (1 commit ahead, 0 commits behind)")
+            && text.contains("changed:    dirty.txt"),
+        "{text}"
+    );
     env.ok(&["down", "g-two"]);
     env.assert_nothing_left_but_archives();
 }
