@@ -199,19 +199,13 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
 /// so the uid mapping is proven for a uid that is not 0.
 #[test]
 fn a_non_root_user_runs_as_themself_inside_and_owns_what_the_agent_writes() {
-    use std::os::unix::process::CommandExt;
-    let docker_gid =
-        nix::unistd::Group::from_name("docker").unwrap().expect("a docker group owns the socket").gid.as_raw();
     let uid = 4242;
     let env = Env::new();
     let ws = env.mkdir("ws");
-    for p in [env.dir.path(), ws.as_path()] {
-        nix::unistd::chown(p, Some(uid.into()), Some(docker_gid.into())).unwrap();
-    }
+    env.give(env.dir.path(), uid);
+    env.give(&ws, uid);
     let as_user = |args: &[&str]| {
-        let mut c = env.cmd(args);
-        c.uid(uid).gid(docker_gid).env("HOME", env.dir.path());
-        let out = c.output().unwrap();
+        let out = env.cmd_as(uid, args).output().unwrap();
         assert!(out.status.success(), "{args:?}: {}", describe(&out));
         String::from_utf8(out.stdout).unwrap()
     };
@@ -224,9 +218,9 @@ fn a_non_root_user_runs_as_themself_inside_and_owns_what_the_agent_writes() {
         "-c",
         "id -u; id -g; whoami; echo $HOME; touch $HOME/ok && echo > /workspace/made",
     ]);
-    assert_eq!(out, format!("{uid}\n{docker_gid}\nagent\n/home/agent\n"));
+    assert_eq!(out, format!("{uid}\n{}\nagent\n/home/agent\n", docker_gid()));
     let meta = std::fs::metadata(ws.join("made")).unwrap();
-    assert_eq!((meta.uid(), meta.gid()), (uid, docker_gid));
+    assert_eq!((meta.uid(), meta.gid()), (uid, docker_gid()));
     as_user(&["down", "mine"]);
     env.assert_nothing_left();
 }

@@ -105,11 +105,9 @@ fn bad_usage_exits_2() {
 #[test]
 fn unreadable_paths_are_refused_clearly_and_create_nothing() {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
-    let docker_gid = nix::unistd::Group::from_name("docker").unwrap().expect("a docker group").gid.as_raw();
     let uid = 4243;
     let env = Env::new();
-    nix::unistd::chown(env.dir.path(), Some(uid.into()), Some(docker_gid.into())).unwrap();
+    env.give(env.dir.path(), uid);
     let locked = |rel: &str| {
         let p = env.mkdir(rel);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
@@ -121,10 +119,10 @@ fn unreadable_paths_are_refused_clearly_and_create_nothing() {
     std::fs::write(&secret, "s").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let readable_ws = env.mkdir("ok");
-    nix::unistd::chown(&readable_ws, Some(uid.into()), Some(docker_gid.into())).unwrap();
+    env.give(&readable_ws, uid);
 
     let as_user = |args: &[&str], code: i32, needle: &str| {
-        let out = env.cmd(args).uid(uid).gid(docker_gid).env("HOME", env.dir.path()).output().unwrap();
+        let out = env.cmd_as(uid, args).output().unwrap();
         assert_eq!(out.status.code(), Some(code), "{args:?}: {}", describe(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle) && stderr.lines().count() == 1, "{args:?}: {stderr}");

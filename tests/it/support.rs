@@ -89,6 +89,20 @@ impl Env {
         c
     }
 
+    /// `forage-ctl` run as an ordinary user (`uid`, in the docker group, HOME in the
+    /// scratch dir): CI runs as root, for whom uids and permissions prove nothing.
+    pub fn cmd_as(&self, uid: u32, args: &[&str]) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut c = self.cmd(args);
+        c.uid(uid).gid(docker_gid()).env("HOME", self.dir.path());
+        c
+    }
+
+    /// Hands `path` to `uid` (group docker), so a `cmd_as` user may use it.
+    pub fn give(&self, path: &Path, uid: u32) {
+        nix::unistd::chown(path, Some(uid.into()), Some(docker_gid().into())).unwrap();
+    }
+
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd(args).output().unwrap()
     }
@@ -164,6 +178,11 @@ impl Drop for Env {
             let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));
         }
     }
+}
+
+/// The group that may use the Docker socket.
+pub fn docker_gid() -> u32 {
+    nix::unistd::Group::from_name("docker").unwrap().expect("a docker group owns the Docker socket").gid.as_raw()
 }
 
 pub fn describe(out: &Output) -> String {
