@@ -67,11 +67,13 @@ impl Error {
     pub fn docker(context: impl fmt::Display, err: bollard::errors::Error) -> Self {
         use bollard::errors::Error as B;
         match err {
-            B::HyperResponseError { .. } | B::IOError { .. } | B::RequestTimeoutError | B::SocketNotFoundError(_) => {
-                Error::Engine(format!(
-                    "{context}: the Docker engine stopped answering ({err}); check that dockerd is running"
-                ))
-            }
+            B::HyperResponseError { .. }
+            | B::HyperLegacyError { .. }
+            | B::IOError { .. }
+            | B::RequestTimeoutError
+            | B::SocketNotFoundError(_) => Error::Engine(format!(
+                "{context}: the Docker engine stopped answering ({err}); check that dockerd is running"
+            )),
             B::DockerResponseServerError { status_code, message } => {
                 Error::Other(format!("{context}: Docker engine said ({status_code}): {message}"))
             }

@@ -49,7 +49,7 @@ impl Cancel {
 
     fn check(&self) -> Result<()> {
         if self.0.load(Ordering::SeqCst) {
-            Err(Error::Other("interrupted; everything this command had created was removed".into()))
+            Err(Error::Other("interrupted".into()))
         } else {
             Ok(())
         }
@@ -153,7 +153,7 @@ impl<R: Runtime> Engine<'_, R> {
             // Forget the sandbox while still holding its lock.
             self.home.remove(&record.name)?;
             drop(lock);
-            return Err(e);
+            return Err(self.rolled_back(e));
         }
 
         match self.run_up_steps(&mut record, spec, read_only, req.start).await {
@@ -168,9 +168,9 @@ impl<R: Runtime> Engine<'_, R> {
                 self.progress.finish();
                 drop(lock);
                 match rollback {
-                    Ok(_) => Err(err),
+                    Ok(_) => Err(self.rolled_back(err)),
                     Err(undo_err) => Err(err.with_note(format!(
-                        "rolling back also failed ({undo_err}); `forage-ctl down {}` finishes the cleanup",
+                        "rolling back failed ({undo_err}), so the sandbox is left half made: `forage-ctl down {}` finishes the cleanup",
                         record.name
                     ))),
                 }
@@ -289,6 +289,17 @@ impl<R: Runtime> Engine<'_, R> {
             }
         }
         self.cancel.check()
+    }
+
+    /// The error of an `up` whose rollback succeeded. An interruption says that
+    /// nothing was left, since the user chose to stop and will wonder; other errors
+    /// speak for themselves.
+    fn rolled_back(&self, err: Error) -> Error {
+        if self.cancel.is_triggered() {
+            err.with_note("everything this command had created was removed")
+        } else {
+            err
+        }
     }
 
     /// Reports a step to the user (progress) and to the log (-v).
