@@ -48,7 +48,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
     match &s.container {
         Some(c) => {
             println!("id:         {}", &c.id[..c.id.len().min(12)]);
-            if let Some(code) = c.exit_code.filter(|_| c.state != "running") {
+            if let Some(code) = c.exit_code.filter(|_| matches!(c.state.as_str(), "exited" | "dead")) {
                 println!("exit code:  {code}");
             }
             for m in &c.mounts {
