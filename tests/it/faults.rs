@@ -90,29 +90,43 @@ fn down_also_finishes_a_killed_up() {
     assert_eq!(repo_refs_and_worktrees(&repo), before);
 }
 
-/// Starts `up` paused after `step`, waits until it says so, and sends `signal`.
-fn interrupt_up_after(env: &Env, args: &[&str], step: &str, signal: nix::sys::signal::Signal) -> std::process::Output {
-    let mut child = env
-        .cmd(args)
-        .env("FORAGE_DEBUG_PAUSE_AFTER", step)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "up ended before pausing after {step}: {seen}");
-        seen.push_str(&line);
-        if line.contains(&format!("paused after {step}")) {
-            break;
+/// An `up` held after one of its steps by FORAGE_DEBUG_PAUSE_AFTER, waiting for a
+/// signal, so a test can interrupt it (or break the world under it) at a known point.
+pub struct PausedUp {
+    child: std::process::Child,
+    stderr: BufReader<std::process::ChildStderr>,
+}
+
+impl PausedUp {
+    /// Starts `up` and returns once it says it has paused after `step`.
+    pub fn start(env: &Env, args: &[&str], step: &str) -> Self {
+        let mut child = env
+            .cmd(args)
+            .env("FORAGE_DEBUG_PAUSE_AFTER", step)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut seen = String::new();
+        while !seen.contains(&format!("paused after {step}")) {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let status = child.wait().unwrap();
+                panic!("up ended ({status}) before pausing after {step}: {seen}");
+            }
+            seen.push_str(&line);
         }
+        PausedUp { child, stderr }
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
-    let mut out = child.wait_with_output().unwrap();
-    std::io::Read::read_to_end(stderr.get_mut(), &mut out.stderr).unwrap();
-    out
+
+    /// Sends `signal` and waits for `up` to finish.
+    pub fn signal(mut self, signal: nix::sys::signal::Signal) -> std::process::Output {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal).unwrap();
+        let mut out = self.child.wait_with_output().unwrap();
+        std::io::Read::read_to_end(self.stderr.get_mut(), &mut out.stderr).unwrap();
+        out
+    }
 }
 
 #[test]
@@ -127,7 +141,7 @@ fn ctrl_c_or_sigterm_during_up_rolls_back_by_itself() {
             let name = env.unique(&format!("int-{step}"));
             let args = up_args(&env, mode, &name, &repo);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let out = interrupt_up_after(&env, &args, step, signal);
+            let out = PausedUp::start(&env, &args, step).signal(signal);
             assert_eq!(out.status.code(), Some(1), "{mode}/{step}/{signal}: {}", describe(&out));
             assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"), "{}", describe(&out));
             // No gc needed: up undid its own steps.
