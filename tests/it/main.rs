@@ -2,10 +2,12 @@
 //! against the real Docker engine (and real git / jj where a mode needs them).
 //! Each test gets its own FORAGE_HOME, so tests run in parallel without sharing state.
 
+mod private_engine;
 mod support;
 
 mod cli;
 mod direct;
+mod engine;
 mod errors;
 mod faults;
 mod git;

@@ -31,9 +31,19 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
+/// The shared engine every test uses (DOCKER_HOST or the default socket).
 pub fn docker() -> bollard::Docker {
+    connect(None).expect("a running Docker engine")
+}
+
+/// Connects to the engine at `host` (`unix://…`), or to the shared one.
+pub fn connect(host: Option<&str>) -> Result<bollard::Docker, bollard::errors::Error> {
     block_on(async {
-        bollard::Docker::connect_with_defaults().unwrap().negotiate_version().await.expect("a running Docker engine")
+        let api = match host {
+            Some(host) => bollard::Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)?,
+            None => bollard::Docker::connect_with_defaults()?,
+        };
+        api.negotiate_version().await
     })
 }
 
@@ -45,6 +55,8 @@ pub fn docker() -> bollard::Docker {
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub home: PathBuf,
+    /// The engine this test's forage-ctl talks to; `None` is the shared one.
+    docker_host: Option<String>,
     _image: Flock<File>,
 }
 
@@ -58,7 +70,19 @@ impl Env {
         let dir = tempfile::Builder::new().prefix("forage-it-").tempdir().unwrap();
         let home = dir.path().join("forage-home");
         std::fs::create_dir_all(dir.path().join("config")).unwrap();
-        Env { dir, home, _image: image }
+        Env { dir, home, docker_host: None, _image: image }
+    }
+
+    /// A world whose forage-ctl talks to the engine at `docker_host` (DOCKER_HOST).
+    pub fn on_engine(docker_host: &str) -> Self {
+        let mut env = Self::new();
+        env.docker_host = Some(docker_host.to_owned());
+        env
+    }
+
+    /// This test's engine.
+    pub fn docker(&self) -> bollard::Docker {
+        connect(self.docker_host.as_deref()).expect("the test's Docker engine is running")
     }
 
     /// A sandbox name no other test uses.
@@ -86,6 +110,9 @@ impl Env {
             .env_remove("FORAGE_TEMPLATES_PATH")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null());
+        if let Some(host) = &self.docker_host {
+            c.env("DOCKER_HOST", host);
+        }
         c
     }
 
@@ -124,7 +151,7 @@ impl Env {
     /// Containers labelled as belonging to this FORAGE_HOME.
     pub fn containers(&self) -> Vec<String> {
         let filters = HashMap::from([("label".to_string(), vec![format!("forage.home={}", self.home.display())])]);
-        let list = block_on(docker().list_containers(Some(ListContainersOptions {
+        let list = block_on(self.docker().list_containers(Some(ListContainersOptions {
             all: true,
             filters,
             ..Default::default()
@@ -172,7 +199,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        let api = docker();
+        // A test that stopped its private engine and failed has nothing to clean here.
+        let Ok(api) = connect(self.docker_host.as_deref()) else {
+            return;
+        };
         for name in self.containers() {
             let opts = bollard::container::RemoveContainerOptions { force: true, v: true, ..Default::default() };
             let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));

@@ -1,0 +1,141 @@
+//! The Docker engine stopping, crashing and coming back under forage: `list`,
+//! `status` and `down` tell the truth throughout, and nothing is lost or left.
+//! Each test runs its own engine (private_engine.rs), so stopping it cannot
+//! disturb the tests that share the machine's engine.
+
+use std::path::Path;
+
+use nix::sys::signal::Signal;
+
+use crate::faults::PausedUp;
+use crate::git::{git, repo};
+use crate::private_engine::PrivateEngine;
+use crate::support::*;
+
+/// The repository's refs and worktrees, leaving out the archive refs `down` adds.
+fn refs_and_worktrees(repo: &Path) -> String {
+    let refs = git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let refs: String =
+        refs.lines().filter(|l| !l.starts_with("refs/forage/archive/")).map(|l| format!("{l}\n")).collect();
+    refs + &git(repo, &["worktree", "list", "--porcelain"])
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// While the engine is down, every command that needs it fails with exit 5 and a
+/// message naming the engine's address, and changes nothing.
+fn assert_engine_down_refused(env: &Env, engine: &PrivateEngine, commands: &[&[&str]]) {
+    let files = env.home_files();
+    for args in commands {
+        let err = env.fails(args, 5);
+        assert!(
+            err.contains(engine.host().trim_start_matches("unix://")) && err.contains("dockerd"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    assert_eq!(env.home_files(), files, "a command refused for want of an engine changed FORAGE_HOME");
+}
+
+/// The shared engine's bridge, which a careless second dockerd deletes.
+fn shared_bridge_exists() -> bool {
+    Path::new("/sys/class/net/docker0").exists()
+}
+
+#[test]
+fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_nothing() {
+    let bridge = shared_bridge_exists();
+    let mut engine = PrivateEngine::start();
+    let env = Env::on_engine(&engine.host());
+    let repo = repo(&env, "repo");
+    let before = refs_and_worktrees(&repo);
+    let name = env.unique("restart");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap(), "--network", "none"]);
+    assert_eq!(json(&env.ok(&["status", &name, "--json"]))["status"], "running");
+
+    // The agent's work: a commit on its branch and a file it has not committed.
+    let ws = env.home.join("workspaces").join(&name);
+    std::fs::write(ws.join("committed.txt"), "kept\n").unwrap();
+    git(&ws, &["add", "committed.txt"]);
+    git(&ws, &["commit", "-qm", "agent work"]);
+    std::fs::write(ws.join("loose.txt"), "also kept\n").unwrap();
+    let branch = format!("refs/heads/forage-{name}");
+    let tip = git(&repo, &["rev-parse", &branch]);
+    let during = refs_and_worktrees(&repo);
+
+    engine.stop();
+    assert_engine_down_refused(
+        &env,
+        &engine,
+        &[&["list"], &["list", "--json"], &["status", &name], &["down", &name], &["gc", "--force"]],
+    );
+    assert_eq!(refs_and_worktrees(&repo), during, "a refused down touched the repository");
+    assert!(ws.join("loose.txt").exists());
+
+    engine.restart();
+    // The engine stopped the container on its way down; forage reports what is.
+    let list = json(&env.ok(&["list", "--json"]));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["status"], "exited", "{list}");
+    let status = json(&env.ok(&["status", &name, "--json"]));
+    assert_eq!(status["status"], "exited", "{status}");
+    assert_eq!(status["container"]["state"], "exited", "{status}");
+    let text = env.ok(&["status", &name]);
+    assert!(text.contains("status:     exited") && text.contains("1 commit ahead"), "{text}");
+    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n", "a stopped sandbox is whole, not garbage");
+
+    // It is still a working sandbox, and `down` keeps every byte of the work.
+    env.ok(&["start", &name]);
+    assert_eq!(env.ok(&["exec", &name, "--", "cat", "/workspace/loose.txt"]), "also kept\n");
+    env.ok(&["down", &name]);
+    let archives = git(&repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
+    let archive = archives.lines().next().unwrap_or_else(|| panic!("no archive ref in {archives:?}"));
+    let archived_files = git(&repo, &["ls-tree", "-r", "--name-only", archive]);
+    assert!(archived_files.contains("committed.txt") && archived_files.contains("loose.txt"), "{archived_files}");
+    assert!(git(&repo, &["merge-base", "--is-ancestor", tip.trim(), archive]).is_empty());
+
+    env.assert_nothing_left_but_archives();
+    assert_eq!(refs_and_worktrees(&repo), before);
+    assert!(!ws.exists());
+    assert_eq!(shared_bridge_exists(), bridge, "the private engine touched the host's docker0");
+}
+
+#[test]
+fn engine_crash_in_the_middle_of_up_leaves_a_broken_sandbox_that_down_finishes() {
+    let mut engine = PrivateEngine::start();
+    let env = Env::on_engine(&engine.host());
+    let repo = repo(&env, "repo");
+    let before = refs_and_worktrees(&repo);
+    let name = env.unique("crash");
+
+    // `up` has made the branch, the worktree and the container, and started it,
+    // when the engine dies; Ctrl-C then asks `up` to roll back, which it cannot.
+    let up =
+        PausedUp::start(&env, &["up", &name, "--git-worktree", repo.to_str().unwrap(), "--network", "none"], "start");
+    engine.crash();
+    let out = up.signal(Signal::SIGINT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        err.contains("interrupted; rolling back failed")
+            && err.contains("the Docker engine stopped answering")
+            && err.contains(&format!("`forage-ctl down {name}` finishes the cleanup")),
+        "{err}"
+    );
+    assert!(!err.contains("everything this command had created was removed"), "{err}");
+    assert_engine_down_refused(&env, &engine, &[&["list"], &["status", &name], &["down", &name]]);
+
+    engine.restart();
+    let list = json(&env.ok(&["list", "--json"]));
+    assert_eq!(list[0]["status"], "broken", "{list}");
+    assert_eq!(json(&env.ok(&["status", &name, "--json"]))["status"], "broken");
+    let findings = env.ok(&["gc"]);
+    assert!(findings.contains(&format!("broken-sandbox: {name}")), "{findings}");
+
+    env.ok(&["down", &name]);
+    env.assert_nothing_left();
+    assert_eq!(refs_and_worktrees(&repo), before);
+    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
+}
