@@ -345,6 +345,10 @@ pub struct Record {
     /// Names of the secrets mounted (never their values or files' contents).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// What `up` was asked on top of the template, for `reset` (secret files by
+    /// path only). Records written before `reset` existed have none.
+    #[serde(default)]
+    pub options: crate::sandbox::UpOptions,
     /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
     pub journal: Vec<Step>,
 }
@@ -393,6 +397,7 @@ mod tests {
             stop_timeout: 10,
             init: vec![],
             secrets: vec![],
+            options: Default::default(),
             journal: vec![],
         }
     }

@@ -61,10 +61,8 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
             path,
         )?),
     };
-    let request = UpRequest {
-        secrets: super::up::secret_files(&args.secrets)?,
-        ..UpRequest::new(args.name, template::resolve(&entry.template)?, workspace)
-    };
+    let mut request = UpRequest::new(args.name, template::resolve(&entry.template)?, workspace);
+    request.options.secrets = super::up::secret_files(&args.secrets)?;
     crate::sandbox::preflight(&request)?;
     super::up::bring_up(ctx, request).await
 }

@@ -5,7 +5,7 @@ use clap::Args;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::{ensure_name_free, Cancel, Engine, SecretFile, UpRequest};
+use crate::sandbox::{ensure_name_free, Cancel, Engine, SecretFile, UpOptions, UpRequest};
 use crate::template::{self, Network, DEFAULT_TEMPLATE};
 use crate::workspace::git::GitRequest;
 use crate::workspace::jj::JjRequest;
@@ -161,20 +161,17 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     }
     let secrets = secret_files(&args.secrets)?;
     let workspace = workspace_request(ctx, &args)?;
-    let request = UpRequest {
-        name: args.name,
-        template,
-        workspace,
+    let options = UpOptions {
         image: args.image,
         env: args.env,
         network: args.network,
         memory: args.memory,
         cpus: args.cpus,
         read_only: args.read_only,
-        start: !args.no_start,
         agent_args: args.agent_args,
         secrets,
     };
+    let request = UpRequest { name: args.name, template, workspace, options, start: !args.no_start };
     crate::sandbox::preflight(&request)?;
     bring_up(ctx, request).await
 }

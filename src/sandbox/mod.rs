@@ -11,10 +11,9 @@ mod query;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{preflight, SecretFile, UpRequest};
+pub use plan::{preflight, SecretFile, UpOptions, UpRequest};
 pub use query::{GitStatus, SandboxRow, SandboxStatus};
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,15 +21,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
+use crate::names::SandboxName;
 use crate::progress::Progress;
-use crate::runtime::{ContainerSpec, Identity, Runtime, AGENT_HOME};
+use crate::runtime::{ContainerSpec, Identity, Runtime};
 use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
-use crate::template;
-use crate::workspace::git::{self, Archived};
+use crate::workspace::git::Archived;
 use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
 use journal::{Step, UndoScope};
-use plan::{extra_mounts, image_source, secret_env};
+use plan::{container_spec, extra_mounts, image_source, limits, secret_env};
 use query::not_found;
 
 /// Set by the CLI's signal handlers; `up` checks it between steps and rolls back.
@@ -67,22 +65,14 @@ pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-fn host_cpus() -> f64 {
-    std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0)
-}
-
 impl<R: Runtime> Engine<'_, R> {
     pub async fn up(&self, req: UpRequest) -> Result<Record> {
         let t = &req.template.template;
-        let memory = req.memory.as_deref().unwrap_or(&t.resources.memory);
-        let memory_bytes = template::parse_memory(memory).map_err(Error::Usage)?;
-        let cpus = req.cpus.unwrap_or(t.resources.cpus);
-        if cpus.is_nan() || cpus <= 0.0 {
-            return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
-        }
-        let source = image_source(&req)?;
-        let secret_env = secret_env(&req)?;
-        let extra_mounts = extra_mounts(&req)?;
+        // Everything that can be refused is refused before anything is made.
+        limits(&req.template, &req.options)?;
+        let source = image_source(&req.template, &req.options)?;
+        secret_env(&req.template, &req.options)?;
+        extra_mounts(&req.template, &req.options)?;
         let workspace = match &req.workspace {
             WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct { path: path.path().to_path_buf() },
             WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
@@ -93,47 +83,11 @@ impl<R: Runtime> Engine<'_, R> {
         ensure_name_free(&self.home, &req.name)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
         self.cancel.check()?;
+        let spec =
+            container_spec(&req.name, &req.template, &req.options, &workspace, image.clone(), self.home.label())?;
+        let container = spec.name.clone();
 
-        let container = req.name.container();
-        let mut command = t.agent.command.clone();
-        command.extend(req.agent_args.iter().cloned());
-        let command = launcher::wrap(command, &secret_env, !t.init.is_empty());
-        let mut env: BTreeMap<String, String> = BTreeMap::new();
-        match &workspace {
-            WorkspaceRecord::GitWorktree(g) => env.extend(git::identity_env(&g.repo)),
-            WorkspaceRecord::Jj(j) => env.extend(git::identity_env(&j.repo)),
-            WorkspaceRecord::Direct { .. } => {}
-        }
-        env.extend(t.agent.env.clone());
-        env.extend(req.env.iter().cloned());
-        env.entry("HOME".into()).or_insert_with(|| AGENT_HOME.into());
-        env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
-        env.insert("FORAGE_SANDBOX".into(), req.name.to_string());
-        let labels = HashMap::from([
-            (LABEL_SANDBOX.to_string(), req.name.to_string()),
-            (LABEL_HOME.to_string(), self.home.label()),
-            (LABEL_MODE.to_string(), workspace.mode().to_string()),
-            (LABEL_TEMPLATE.to_string(), req.template.name.clone()),
-            (LABEL_WORKSPACE.to_string(), workspace.host_path().display().to_string()),
-        ]);
-        let spec = ContainerSpec {
-            name: container.clone(),
-            image: image.clone(),
-            labels,
-            command,
-            env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-            identity: Identity::current(),
-            // The workspace's mounts come first, once it exists: a worktree's depend on it.
-            mounts: extra_mounts,
-            memory_bytes,
-            nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
-            pids: t.resources.pids,
-            network: req.network.unwrap_or(t.network),
-            stop_signal: t.stop_signal.clone(),
-            stop_timeout: t.stop_timeout,
-        };
-
-        let read_only = req.read_only || t.workspace.read_only;
+        let read_only = req.options.read_only || t.workspace.read_only;
         let mut record = Record {
             version: RECORD_VERSION,
             name: req.name.clone(),
@@ -145,7 +99,8 @@ impl<R: Runtime> Engine<'_, R> {
             workspace,
             stop_timeout: t.stop_timeout,
             init: t.init.clone(),
-            secrets: req.secrets.iter().map(|s| s.name.clone()).collect(),
+            secrets: req.options.secrets.iter().map(|s| s.name.clone()).collect(),
+            options: req.options.clone(),
             journal: Vec::new(),
         };
         self.home.create(&record)?;

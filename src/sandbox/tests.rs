@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::progress::Silent;
 use crate::runtime::{ContainerDetails, ContainerSummary, ImageSource, ReadyImage};
+use crate::template;
 use crate::workspace::direct::DirectPath;
 use crate::workspace::git::GitRequest;
 
