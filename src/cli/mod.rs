@@ -10,6 +10,7 @@ mod lifecycle;
 mod list;
 mod logs;
 mod render;
+mod reset;
 mod restore;
 mod status;
 mod templates;
@@ -67,6 +68,9 @@ pub enum Command {
     Stop(NameArg),
     /// Stop and start the container; the workspace is untouched.
     Restart(NameArg),
+    /// Replace the container with a new one from the template as it is now (same
+    /// options as `up`); the workspace is untouched.
+    Reset(NameArg),
     /// Tear sandboxes down: container first, then workspace and record.
     #[command(visible_alias = "rm")]
     Down(down::DownArgs),
@@ -127,6 +131,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Start(args) => lifecycle::start(&ctx, args).await,
         Command::Stop(args) => lifecycle::stop(&ctx, args).await,
         Command::Restart(args) => lifecycle::restart(&ctx, args).await,
+        Command::Reset(args) => reset::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Gc(args) => gc::run(&ctx, args).await,

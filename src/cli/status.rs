@@ -56,7 +56,10 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
                 println!("mount:      {} -> {} ({mode})", m.source.display(), m.target);
             }
         }
-        None => println!("(the container is gone; `forage-ctl down {}` cleans up)", r.name),
+        None => println!(
+            "(the container is gone; `forage-ctl reset {0}` makes a new one, `forage-ctl down {0}` cleans up)",
+            r.name
+        ),
     }
     Ok(0)
 }

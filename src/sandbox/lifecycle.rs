@@ -70,7 +70,7 @@ impl<R: Runtime> Engine<'_, R> {
         }
         if self.runtime.inspect(&record.container).await?.is_none() {
             return Err(Error::NotFound(format!(
-                "the container of sandbox {name} ({}) is gone; recreate it with `forage-ctl down {name}` and `forage-ctl up {name} …`",
+                "the container of sandbox {name} ({}) is gone; make a new one with `forage-ctl reset {name}`, or remove the sandbox with `forage-ctl down {name}`",
                 record.container
             )));
         }

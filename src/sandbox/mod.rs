@@ -8,6 +8,7 @@ pub mod launcher;
 mod lifecycle;
 mod plan;
 mod query;
+mod reset;
 #[cfg(test)]
 mod tests;
 

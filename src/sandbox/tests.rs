@@ -15,6 +15,7 @@ use crate::workspace::git::GitRequest;
 struct FakeRuntime {
     calls: RefCell<Vec<String>>,
     fail_start: bool,
+    fail_image: std::cell::Cell<bool>,
     /// A path that must still exist whenever the container is removed.
     workspace_must_exist: Option<PathBuf>,
 }
@@ -31,6 +32,9 @@ impl FakeRuntime {
 impl Runtime for FakeRuntime {
     async fn ensure_image(&self, _: &ImageSource, _: &dyn Progress) -> Result<ReadyImage> {
         self.log("ensure_image");
+        if self.fail_image.get() {
+            return Err(Error::other("image build failed on purpose"));
+        }
         Ok(ReadyImage { reference: "fake:1".into(), has_identity: true })
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
@@ -137,4 +141,29 @@ fn down_removes_the_container_before_it_touches_the_worktree() {
     assert_eq!(runtime.calls()[3..], ["stop forage-c", "remove forage-c"]);
     assert!(!worktree.exists(), "the worktree goes once the container is gone");
     assert!(repo.find_branch("forage-c", git2::BranchType::Local).is_err());
+}
+
+#[test]
+fn reset_settles_the_image_before_it_touches_the_old_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = FakeRuntime::default();
+    let eng = engine(&dir.path().join("home"), &runtime);
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    block_on(eng.up(request("r", ws))).unwrap();
+    let name = SandboxName::parse("r").unwrap();
+    let resolve = |_: &str| Ok(template());
+
+    runtime.fail_image.set(true);
+    let err = block_on(eng.reset(&name, resolve)).unwrap_err();
+    assert!(err.to_string().contains("image build failed on purpose"));
+    assert_eq!(runtime.calls()[3..], ["ensure_image"], "the old container is left alone");
+
+    runtime.fail_image.set(false);
+    let record = block_on(eng.reset(&name, resolve)).unwrap();
+    assert_eq!(
+        runtime.calls()[4..],
+        ["ensure_image", "stop forage-r", "remove forage-r", "create forage-r", "start forage-r"]
+    );
+    assert_eq!(record.state, RecordState::Ready);
+    assert_eq!(record.journal, vec![Step::Container { name: "forage-r".into() }], "the journal is unchanged");
 }

@@ -13,4 +13,5 @@ mod faults;
 mod git;
 mod image;
 mod jj;
+mod reset;
 mod templates;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::support::*;
 
 /// The default image's reference, building it if needed (under the shared image lock).
-fn shell_image(env: &Env) -> String {
+pub fn shell_image(env: &Env) -> String {
     let ws = env.mkdir("image-probe");
     let name = env.unique("probe");
     env.ok(&["up", &name, "--workspace", ws.to_str().unwrap(), "--no-start"]);
@@ -14,7 +14,7 @@ fn shell_image(env: &Env) -> String {
     v["record"]["image"].as_str().unwrap().to_owned()
 }
 
-fn write(path: &Path, text: &str) -> PathBuf {
+pub fn write(path: &Path, text: &str) -> PathBuf {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
     path.to_path_buf()
