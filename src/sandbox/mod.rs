@@ -231,10 +231,7 @@ impl<R: Runtime> Engine<'_, R> {
     /// that step; `FORAGE_DEBUG_PAUSE_AFTER=<step>` waits there (up to 60 s, or until
     /// a signal arrives) so a test can interrupt `up` at a known point.
     async fn checkpoint(&self, step: &str) -> Result<()> {
-        if std::env::var("FORAGE_DEBUG_KILL_AFTER").is_ok_and(|s| s == step) {
-            tracing::warn!("FORAGE_DEBUG_KILL_AFTER={step}: killing forage-ctl");
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
-        }
+        kill_point(step);
         if std::env::var("FORAGE_DEBUG_PAUSE_AFTER").is_ok_and(|s| s == step) {
             eprintln!("forage-debug: paused after {step}");
             for _ in 0..600 {
@@ -271,8 +268,11 @@ impl<R: Runtime> Engine<'_, R> {
 
     /// Removes a sandbox in the one safe order: the container (so nothing writes to
     /// the workspace any more), then the agent's work archived, then the journal
-    /// undone in reverse, then the record. Every part tolerates being half done.
+    /// undone in reverse, then the record. Every part tolerates being half done,
+    /// and each step undone leaves the journal (saved), so a teardown cut short
+    /// and run again does only what is left.
     async fn teardown(&self, record: &Record, how: Teardown) -> Result<Option<Archived>> {
+        let mut left = record.clone();
         // The container goes first, so nothing writes to the workspace any more.
         // Only a container this sandbox's journal says it created is touched.
         let scope = UndoScope { workspaces_dir: &self.home.workspaces_dir(), keep_branch: how.keep_branch };
@@ -283,7 +283,9 @@ impl<R: Runtime> Engine<'_, R> {
         }
         for step in containers {
             step.undo(record, self.runtime, &scope).await?;
+            self.forget_step(&mut left, step)?;
         }
+        kill_point("removed-container");
 
         let _repo_lock = match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => Some(self.home.lock_repo(&g.common_dir)?),
@@ -331,11 +333,20 @@ impl<R: Runtime> Engine<'_, R> {
             }
             _ => None,
         };
+        kill_point("archived");
         for step in workspace_steps.into_iter().rev() {
             step.undo(record, self.runtime, &scope).await?;
+            self.forget_step(&mut left, step)?;
         }
+        kill_point("removed-workspace");
         self.home.remove(&record.name)?;
         Ok(archived)
+    }
+
+    /// Drops an undone step from the journal on disk.
+    fn forget_step(&self, left: &mut Record, step: &Step) -> Result<()> {
+        left.journal.retain(|s| s != step);
+        self.home.save(left)
     }
 
     /// Tears a sandbox down: the container first, then (once it is gone) the
@@ -380,6 +391,16 @@ impl<R: Runtime> Engine<'_, R> {
             kept_branch: opts.keep_branch && record.workspace.mode() == Mode::GitWorktree,
             archived,
         })
+    }
+}
+
+/// `FORAGE_DEBUG_KILL_AFTER=<step>` kills this process with SIGKILL right after
+/// that step of `up` (see `checkpoint`) or of a teardown (`down`, `gc --force`,
+/// a rollback): `removed-container`, `archived`, `removed-workspace`.
+fn kill_point(step: &str) {
+    if std::env::var("FORAGE_DEBUG_KILL_AFTER").is_ok_and(|s| s == step) {
+        tracing::warn!("FORAGE_DEBUG_KILL_AFTER={step}: killing forage-ctl");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
 }
 

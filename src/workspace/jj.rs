@@ -242,6 +242,13 @@ impl JjWorkspace {
     /// Snapshots the working copy, then keeps non-empty work reachable with a
     /// bookmark. `None` when there is no work.
     pub fn archive(&self, name: &SandboxName, timestamp: &str) -> Result<Option<Archived>> {
+        // A workspace the repository no longer knows has no working copy left to
+        // archive: forage forgets one only after archiving it (a teardown cut short
+        // and run again), and one forgotten by hand took its work with it.
+        if !self.is_listed()? {
+            tracing::warn!("jj workspace {} is gone from {}; nothing to archive", self.workspace, self.repo.display());
+            return Ok(None);
+        }
         self.snapshot()?;
         let work = self.work_revset();
         let commits =
@@ -268,11 +275,16 @@ impl JjWorkspace {
         }))
     }
 
+    /// True while the repository knows this workspace.
+    fn is_listed(&self) -> Result<bool> {
+        let listed = jj(None, &["-R", self.repo_str(), "workspace", "list", "-T", "name ++ \"\\n\""])?;
+        Ok(listed.lines().any(|w| w == self.workspace))
+    }
+
     /// Forgets the workspace in the repository and deletes its directory (only
     /// under FORAGE_HOME/workspaces).
     pub fn remove(&self, workspaces_dir: &Path) -> Result<()> {
-        let listed = jj(None, &["-R", self.repo_str(), "workspace", "list", "-T", "name ++ \"\\n\""])?;
-        if listed.lines().any(|w| w == self.workspace) {
+        if self.is_listed()? {
             jj(None, &["-R", self.repo_str(), "workspace", "forget", &self.workspace])?;
         }
         if self.path.starts_with(workspaces_dir) && self.path.exists() {
