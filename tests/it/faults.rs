@@ -10,9 +10,10 @@ use crate::git::{git, repo};
 use crate::support::*;
 
 /// Steps of `up` after which the fault hooks fire, per workspace mode.
-const DIRECT_STEPS: &[&str] = &["record", "container", "start"];
-const GIT_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "container", "start"];
-const JJ_STEPS: &[&str] = &["record", "jj-workspace", "container", "start"];
+/// (`init` fires with or without init commands; after `ready` the sandbox is whole.)
+const DIRECT_STEPS: &[&str] = &["record", "container", "start", "init", "ready"];
+const GIT_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "container", "start", "init", "ready"];
+const JJ_STEPS: &[&str] = &["record", "jj-workspace", "container", "start", "init", "ready"];
 
 /// A jj repository's workspaces and bookmarks.
 fn jj_state(repo: &Path) -> String {
@@ -52,11 +53,17 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
             assert_eq!(out.status.signal(), Some(9), "{mode}/{step}: {}", describe(&out));
 
             let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
-            assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
-            let dry = env.ok(&["gc"]);
-            assert!(dry.contains(&name) && dry.contains("would"), "{mode}/{step}: {dry}");
-
-            env.ok(&["gc", "--force"]);
+            if *step == "ready" {
+                // Killed after its last step: a whole sandbox, which gc leaves alone.
+                assert_eq!(list[0]["status"], "running", "{mode}/{step}: {list}");
+                assert_eq!(env.ok(&["gc", "--force"]), "nothing to clean up\n", "{mode}/{step}");
+                env.ok(&["down", &name]);
+            } else {
+                assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
+                let dry = env.ok(&["gc"]);
+                assert!(dry.contains(&name) && dry.contains("would"), "{mode}/{step}: {dry}");
+                env.ok(&["gc", "--force"]);
+            }
             env.assert_nothing_left_but_archives();
             if mode == "jj" {
                 assert_eq!(
@@ -130,23 +137,36 @@ impl PausedUp {
 }
 
 #[test]
-fn ctrl_c_or_sigterm_during_up_rolls_back_by_itself() {
+fn ctrl_c_sigterm_or_sighup_after_any_step_of_up_rolls_back_by_itself() {
     use nix::sys::signal::Signal;
     let env = Env::new();
     let repo = repo(&env, "repo");
     let before = repo_refs_and_worktrees(&repo);
-    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS)] {
+    let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
+    let jj_before = jj_state(&jj_repo);
+    let signals = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+    for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS), ("jj", JJ_STEPS)] {
         for (i, step) in steps.iter().enumerate() {
-            let signal = if i % 2 == 0 { Signal::SIGINT } else { Signal::SIGTERM };
+            let signal = signals[i % signals.len()];
             let name = env.unique(&format!("int-{step}"));
+            let repo = if mode == "jj" { jj_repo.clone() } else { repo.clone() };
             let args = up_args(&env, mode, &name, &repo);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = PausedUp::start(&env, &args, step).signal(signal);
             assert_eq!(out.status.code(), Some(1), "{mode}/{step}/{signal}: {}", describe(&out));
-            assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"), "{}", describe(&out));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("interrupted; everything this command had created was removed"),
+                "{mode}/{step}/{signal}: {}",
+                describe(&out)
+            );
             // No gc needed: up undid its own steps.
             env.assert_nothing_left();
-            assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}");
+            if mode == "jj" {
+                assert_eq!(jj_state(&jj_repo), jj_before, "{mode}/{step}");
+            } else {
+                assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}");
+            }
         }
     }
 }
@@ -263,4 +283,74 @@ fn gc_never_deletes_a_repository_it_cannot_trace_back() {
     assert!(about(&stray)["action"].as_str().unwrap().contains("by hand"), "{report}");
     assert!(stray.join("work.txt").exists(), "a repository forage cannot trace is left alone");
     assert!(!plain.exists(), "an empty leftover directory is removed");
+}
+
+/// Steps of a teardown after which `FORAGE_DEBUG_KILL_AFTER` fires.
+const DOWN_STEPS: &[&str] = &["removed-container", "archived", "removed-workspace"];
+
+#[test]
+fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothing() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_refs_and_worktrees(&repo);
+    let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
+    let jj_workspaces = || crate::jj::jj(&jj_repo, &["workspace", "list", "-T", "name ++ \"\\n\""]);
+    let jj_before = jj_workspaces();
+    for mode in ["direct", "git", "jj"] {
+        for step in DOWN_STEPS {
+            let name = env.unique(&format!("downkill-{step}"));
+            let repo = if mode == "jj" { jj_repo.clone() } else { repo.clone() };
+            let args = up_args(&env, mode, &name, &repo);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            env.ok(&args);
+            // The agent's work: a file only the workspace has.
+            let ws = match mode {
+                "direct" => env.path("direct-ws"),
+                _ => env.home.join("workspaces").join(&name),
+            };
+            let work = format!("work-{name}.txt");
+            std::fs::write(ws.join(&work), "the agent's work\n").unwrap();
+
+            let out = env.cmd(&["down", &name]).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
+            assert_eq!(out.status.signal(), Some(9), "{mode}/{step}: {}", describe(&out));
+            let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+            assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
+
+            env.ok(&["down", &name]);
+            env.assert_nothing_left_but_archives();
+            assert!(!env.home.join("workspaces").join(&name).exists(), "{mode}/{step}");
+            match mode {
+                "direct" => assert!(ws.join(&work).exists(), "{mode}/{step}: a direct workspace is the user's"),
+                "git" => {
+                    assert_eq!(
+                        repo_refs_and_worktrees(&repo)
+                            .lines()
+                            .filter(|l| !l.contains("refs/forage/archive/"))
+                            .collect::<Vec<_>>(),
+                        before.lines().collect::<Vec<_>>(),
+                        "{mode}/{step}"
+                    );
+                    let archive = git(
+                        &repo,
+                        &[
+                            "for-each-ref",
+                            "--sort=-refname",
+                            "--count=1",
+                            "--format=%(refname)",
+                            &format!("refs/forage/archive/{name}"),
+                        ],
+                    );
+                    let files = git(&repo, &["ls-tree", "-r", "--name-only", archive.trim()]);
+                    assert!(files.contains(&work), "{mode}/{step}: {files}");
+                }
+                _ => {
+                    assert_eq!(jj_workspaces(), jj_before, "{mode}/{step}");
+                    let newest = format!("latest(bookmarks(glob:\"forage/archive/{name}/*\"))");
+                    let files = crate::jj::jj(&repo, &["file", "list", "-r", &newest]);
+                    assert!(files.contains(&work), "{mode}/{step}: {files}");
+                }
+            }
+        }
+    }
+    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
 }
