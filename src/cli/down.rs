@@ -40,25 +40,32 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
     };
 
     if args.dry_run {
+        // Planned from what `list` sees, so an orphan container (no record) is in
+        // the plan as it would be in a real `down`.
+        let rows = engine.list().await?;
         let mut plan = Vec::new();
         for name in &names {
-            let r = engine.record(name)?;
+            let Some(row) = rows.iter().find(|r| r.name == name.as_str()) else {
+                return Err(crate::sandbox::not_found(name));
+            };
             plan.push(serde_json::json!({
-                "name": r.name, "container": r.container, "mode": r.workspace.mode(),
-                "workspace": r.workspace.host_path(), "branch": r.workspace.branch(),
+                "name": row.name, "container": name.container(), "status": row.status,
+                "mode": (row.mode != "-").then_some(&row.mode),
+                "workspace": (row.workspace != "-").then_some(&row.workspace), "branch": row.branch,
             }));
         }
         if args.json {
             print_json(&plan)?;
         } else {
             for p in &plan {
+                let (name, container) = (p["name"].as_str().unwrap_or(""), p["container"].as_str().unwrap_or(""));
+                if p["status"] == "orphan" {
+                    println!("would remove container {container} of sandbox {name} (it has no record)");
+                    continue;
+                }
                 let kind = if p["mode"] == "jj" { "jj workspace" } else { "branch" };
                 let branch = p["branch"].as_str().map(|b| format!(", {kind} {b}")).unwrap_or_default();
-                println!(
-                    "would remove sandbox {} (container {}{branch})",
-                    p["name"].as_str().unwrap_or(""),
-                    p["container"].as_str().unwrap_or("")
-                );
+                println!("would remove sandbox {name} (container {container}{branch})");
             }
         }
         return Ok(0);

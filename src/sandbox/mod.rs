@@ -13,7 +13,7 @@ mod reset;
 mod tests;
 
 pub use plan::{preflight, SecretFile, UpOptions, UpRequest};
-pub use query::{GitStatus, SandboxRow, SandboxStatus};
+pub use query::{not_found, GitStatus, SandboxRow, SandboxStatus};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,7 +30,6 @@ use crate::workspace::git::Archived;
 use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
 use journal::{Step, UndoScope};
 use plan::{container_spec, extra_mounts, image_source, limits, secret_env};
-use query::not_found;
 
 /// Set by the CLI's signal handlers; `up` checks it between steps and rolls back.
 /// Steps are never cut off half way, so an undo never races its own effect.

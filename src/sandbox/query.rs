@@ -91,7 +91,7 @@ impl<R: Runtime> Engine<'_, R> {
     }
 }
 
-pub(crate) fn not_found(name: &SandboxName) -> Error {
+pub fn not_found(name: &SandboxName) -> Error {
     Error::NotFound(format!("no sandbox named {:?}; `forage-ctl list` shows the existing ones", name.as_str()))
 }
 

@@ -195,6 +195,31 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
     env.assert_nothing_left();
 }
 
+#[test]
+fn an_orphan_container_is_listed_planned_by_dry_run_and_removed_by_down() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let name = env.unique("orphan");
+    env.ok(&["up", &name, "--workspace", ws.to_str().unwrap()]);
+    std::fs::remove_file(env.home.join("sandboxes").join(format!("{name}.json"))).unwrap();
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    assert_eq!(list[0]["status"], "orphan", "{list}");
+
+    let plan = env.ok(&["down", &name, "--dry-run"]);
+    assert_eq!(plan, format!("would remove container forage-{name} of sandbox {name} (it has no record)\n"));
+    let plan: serde_json::Value = serde_json::from_str(&env.ok(&["down", "--all", "--dry-run", "--json"])).unwrap();
+    assert_eq!(plan[0]["container"], format!("forage-{name}"), "{plan}");
+    assert_eq!(plan[0]["status"], "orphan", "{plan}");
+    assert_eq!(env.containers().len(), 1, "a dry run changes nothing");
+    let err = env.fails(&["down", "no-such-sandbox", "--dry-run"], 3);
+    assert!(err.contains("no-such-sandbox"), "{err}");
+
+    let out = env.ok(&["down", &name]);
+    assert_eq!(out, format!("removed container forage-{name} of sandbox {name}\n"));
+    env.assert_nothing_left();
+    assert!(ws.exists());
+}
+
 /// CI runs as root; this runs forage-ctl as an ordinary user (in the docker group)
 /// so the uid mapping is proven for a uid that is not 0.
 #[test]
