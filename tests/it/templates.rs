@@ -390,3 +390,46 @@ fn secrets_and_mounts_are_checked_before_docker_is_contacted() {
     assert!(key.exists());
     env.assert_nothing_left();
 }
+
+#[test]
+fn a_failing_init_in_git_and_jj_mode_rolls_back_and_archives_what_init_wrote() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    write(
+        &dir.join("half.yaml"),
+        &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\ninit: ['echo from-init > init-wrote.txt', 'exit 3']\n"),
+    );
+    let git_repo = crate::git::repo(&env, "repo");
+    let refs = crate::git::git(&git_repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
+    let jj_workspaces = || crate::jj::jj(&jj_repo, &["workspace", "list", "-T", "name ++ \"\\n\""]);
+    let workspaces = jj_workspaces();
+
+    for (flag, repo) in [("--git-worktree", &git_repo), ("--jj", &jj_repo)] {
+        let name = env.unique(&format!("half{}", flag.len()));
+        let out = env
+            .cmd(&["up", &name, "-t", "half", flag, repo.to_str().unwrap()])
+            .env("FORAGE_TEMPLATES_PATH", &dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("exit code 3"), "{}", describe(&out));
+        env.assert_nothing_left_but_archives();
+        assert!(!env.home.join("workspaces").join(&name).exists());
+        let files = if flag == "--jj" {
+            assert_eq!(jj_workspaces(), workspaces, "the jj workspace is forgotten");
+            let bookmark = format!("latest(bookmarks(glob:\"forage/archive/{name}/*\"))");
+            crate::jj::jj(&jj_repo, &["file", "list", "-r", &bookmark])
+        } else {
+            let now = crate::git::git(&git_repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+            let (archives, others): (Vec<&str>, Vec<&str>) =
+                now.lines().partition(|l| l.starts_with("refs/forage/archive/"));
+            assert_eq!(others, refs.lines().collect::<Vec<_>>(), "branch deleted, no other ref moved");
+            assert_eq!(archives.len(), 1, "{now}");
+            let archive = archives[0].split(' ').next().unwrap();
+            crate::git::git(&git_repo, &["ls-tree", "-r", "--name-only", archive])
+        };
+        assert!(files.contains("init-wrote.txt"), "{flag}: what init wrote is archived: {files}");
+    }
+}
