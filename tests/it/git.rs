@@ -279,3 +279,50 @@ fn a_bare_repository_works() {
     assert!(git(&bare, &["branch", "--list", "forage-bare"]).is_empty());
     assert!(!bare.join("worktrees/forage-bare").exists());
 }
+
+#[test]
+fn down_that_cannot_archive_refuses_with_exit_7_and_deletes_nothing_of_the_work() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = repo_state(&repo);
+    let name = env.unique("noarchive");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let ws = env.home.join("workspaces").join(&name);
+    std::fs::write(ws.join("precious.txt"), "the agent's only copy\n").unwrap();
+    git(&ws, &["add", "precious.txt"]);
+    git(&ws, &["commit", "-qm", "precious work"]);
+    let tip = git(&repo, &["rev-parse", &format!("forage-{name}")]);
+    // A ref where the archive's directory must go: git cannot write the archive.
+    let blocker = format!("refs/forage/archive/{name}");
+    git(&repo, &["update-ref", &blocker, "HEAD"]);
+
+    let err = env.fails(&["down", &name], 7);
+    assert!(
+        err.contains(&format!("could not archive the work of sandbox {name}"))
+            && err.contains("nothing was deleted")
+            && err.contains(&format!("forage-ctl down --discard {name}")),
+        "{err}"
+    );
+    // The container is gone; the work is all still there, and the sandbox says so.
+    assert_eq!(env.containers(), Vec::<String>::new());
+    assert_eq!(git(&repo, &["rev-parse", &format!("forage-{name}")]), tip);
+    assert_eq!(std::fs::read_to_string(ws.join("precious.txt")).unwrap(), "the agent's only copy\n");
+    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    assert_eq!(list[0]["status"], "broken", "{list}");
+    // gc --force meets the same refusal and reports it.
+    let out = env.run(&["gc", "--force"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAILED"), "{}", describe(&out));
+    assert_eq!(git(&repo, &["rev-parse", &format!("forage-{name}")]), tip);
+
+    // Once the cause is fixed, down finishes and the work is in the archive.
+    git(&repo, &["update-ref", "-d", &blocker]);
+    env.ok(&["down", &name]);
+    env.assert_nothing_left_but_archives();
+    assert_eq!(archive_refs(&repo).len(), 1);
+    assert_eq!(git(&repo, &["show", &format!("{}:precious.txt", archive_refs(&repo)[0])]), "the agent's only copy\n");
+    let (refs, worktrees) = repo_state(&repo);
+    let refs: String =
+        refs.lines().filter(|l| !l.starts_with("refs/forage/archive/")).map(|l| format!("{l}\n")).collect();
+    assert_eq!((refs, worktrees), before);
+}
