@@ -32,6 +32,7 @@ impl<R: Runtime> Engine<'_, R> {
         }
         let template = &resolve(&record.template)?;
         let options = &record.options;
+        // Refused before a possibly slow image build (container_spec checks again).
         limits(template, options)?;
         secret_env(template, options)?;
         extra_mounts(template, options)?;
