@@ -342,9 +342,6 @@ pub struct Record {
     /// The template's init commands, run once per container before the agent.
     #[serde(default)]
     pub init: Vec<String>,
-    /// Names of the secrets mounted (never their values or files' contents).
-    #[serde(default)]
-    pub secrets: Vec<String>,
     /// What `up` was asked on top of the template, for `reset` (secret files by
     /// path only). Records written before `reset` existed have none.
     #[serde(default)]
@@ -396,7 +393,6 @@ mod tests {
             workspace: WorkspaceRecord::Direct { path: home.root().to_path_buf() },
             stop_timeout: 10,
             init: vec![],
-            secrets: vec![],
             options: Default::default(),
             journal: vec![],
         }

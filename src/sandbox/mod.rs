@@ -99,7 +99,6 @@ impl<R: Runtime> Engine<'_, R> {
             workspace,
             stop_timeout: t.stop_timeout,
             init: t.init.clone(),
-            secrets: req.options.secrets.iter().map(|s| s.name.clone()).collect(),
             options: req.options.clone(),
             journal: Vec::new(),
         };

@@ -49,7 +49,6 @@ impl<R: Runtime> Engine<'_, R> {
         self.runtime.stop(&record.container, record.stop_timeout).await?;
         self.runtime.remove(&record.container).await?;
         // From here on the record describes the new container.
-        record.template = template.name.clone();
         record.image = image.reference;
         record.stop_timeout = template.template.stop_timeout;
         record.init = template.template.init.clone();

@@ -126,12 +126,7 @@ impl GitRequest {
                 top
             )));
         }
-        if worktree_path.exists() {
-            return Err(Error::Conflict(format!(
-                "{} already exists; a sandbox of this name was not cleaned up (`forage-ctl down {name}`)",
-                worktree_path.display()
-            )));
-        }
+        super::ensure_workspace_dir_free(&worktree_path, name)?;
         Ok(GitRequest {
             workspace: GitWorkspace {
                 repo: top,

@@ -105,12 +105,7 @@ impl JjRequest {
                 root
             )));
         }
-        if path.exists() {
-            return Err(Error::Conflict(format!(
-                "{} already exists; a sandbox of this name was not cleaned up (`forage-ctl down {name}`)",
-                path.display()
-            )));
-        }
+        super::ensure_workspace_dir_free(&path, name)?;
         Ok(JjRequest { workspace: JjWorkspace { repo: root, repo_dir, path, workspace, base } })
     }
 }

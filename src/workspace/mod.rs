@@ -108,6 +108,18 @@ pub fn ensure_readable(repo: &Path) -> crate::error::Result<()> {
     }
 }
 
+/// Fails if the directory forage would create for sandbox `name`'s workspace is
+/// already there: a sandbox of that name that was never cleaned up.
+pub fn ensure_workspace_dir_free(path: &Path, name: &crate::names::SandboxName) -> crate::error::Result<()> {
+    if path.exists() {
+        return Err(crate::error::Error::Conflict(format!(
+            "{} already exists; a sandbox of this name was not cleaned up (`forage-ctl down {name}`)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// A workspace the user asked for, validated but not yet created.
 #[derive(Debug, Clone)]
 pub enum WorkspaceRequest {
