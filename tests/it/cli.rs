@@ -8,7 +8,7 @@ fn templates_lists_the_builtin_default_with_its_origin() {
     let out = env.ok(&["templates"]);
     let shell = out.lines().find(|l| l.starts_with("shell ")).unwrap_or_else(|| panic!("{out}"));
     assert!(shell.contains("built-in"), "{shell}");
-    let json: serde_json::Value = serde_json::from_str(&env.ok(&["templates", "--json"])).unwrap();
+    let json = env.json(&["templates", "--json"]);
     assert!(json.as_array().unwrap().iter().any(|t| t["name"] == "shell" && t["origin"]["kind"] == "builtin"));
     let shown = env.ok(&["templates", "show", "shell"]);
     assert!(shown.contains("host_image:") && shown.contains("stop_signal: SIGHUP"), "{shown}");

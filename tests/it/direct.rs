@@ -27,7 +27,7 @@ fn up_exec_list_down_leaves_the_host_directory_as_the_agent_left_it() {
     let meta = std::fs::metadata(&written).unwrap();
     assert_eq!((meta.uid(), meta.gid()), (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()));
 
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     let rows = list.as_array().unwrap();
     assert_eq!(rows.len(), 1, "{list}");
     assert_eq!(rows[0]["name"], "demo");
@@ -149,7 +149,7 @@ fn stop_start_restart_keep_the_workspace() {
     env.ok(&["up", "cycle", "--workspace", ws.to_str().unwrap()]);
     env.ok(&["exec", "cycle", "--", "sh", "-c", "echo kept > /workspace/k"]);
     let status = |env: &Env| -> String {
-        let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "cycle", "--json"])).unwrap();
+        let v = env.json(&["status", "cycle", "--json"]);
         v["status"].as_str().unwrap().to_owned()
     };
     env.ok(&["stop", "cycle"]);
@@ -171,13 +171,13 @@ fn no_start_creates_a_stopped_sandbox_and_down_all_removes_everything() {
     let ws = env.mkdir("ws");
     env.ok(&["up", "one", "--workspace", ws.to_str().unwrap(), "--no-start"]);
     env.ok(&["up", "two", "--workspace", ws.to_str().unwrap()]);
-    let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", "one", "--json"])).unwrap();
+    let v = env.json(&["status", "one", "--json"]);
     assert_eq!(v["status"], "created");
     assert_eq!(v["container"]["mounts"][0]["target"], "/workspace");
     let plan = env.ok(&["down", "--all", "--dry-run"]);
     assert!(plan.contains("one") && plan.contains("two"), "{plan}");
     assert_eq!(env.containers().len(), 2, "dry run changes nothing");
-    let removed: serde_json::Value = serde_json::from_str(&env.ok(&["down", "--all", "--json"])).unwrap();
+    let removed = env.json(&["down", "--all", "--json"]);
     assert_eq!(removed.as_array().unwrap().len(), 2);
     env.assert_nothing_left();
 }
@@ -189,7 +189,7 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
     env.ok(&["up", "gone", "--workspace", ws.to_str().unwrap()]);
     let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
     block_on(docker().remove_container("forage-gone", Some(opts))).unwrap();
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "missing");
     env.ok(&["down", "gone"]);
     env.assert_nothing_left();
@@ -202,12 +202,12 @@ fn an_orphan_container_is_listed_planned_by_dry_run_and_removed_by_down() {
     let name = env.unique("orphan");
     env.ok(&["up", &name, "--workspace", ws.to_str().unwrap()]);
     std::fs::remove_file(env.home.join("sandboxes").join(format!("{name}.json"))).unwrap();
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "orphan", "{list}");
 
     let plan = env.ok(&["down", &name, "--dry-run"]);
     assert_eq!(plan, format!("would remove container forage-{name} of sandbox {name} (it has no record)\n"));
-    let plan: serde_json::Value = serde_json::from_str(&env.ok(&["down", "--all", "--dry-run", "--json"])).unwrap();
+    let plan = env.json(&["down", "--all", "--dry-run", "--json"]);
     assert_eq!(plan[0]["container"], format!("forage-{name}"), "{plan}");
     assert_eq!(plan[0]["status"], "orphan", "{plan}");
     assert_eq!(env.containers().len(), 1, "a dry run changes nothing");

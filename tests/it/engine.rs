@@ -8,21 +8,9 @@ use std::path::Path;
 use nix::sys::signal::Signal;
 
 use crate::faults::PausedUp;
-use crate::git::{git, repo};
+use crate::git::{archive_refs, git, repo, repo_state_but_archives};
 use crate::private_engine::PrivateEngine;
 use crate::support::*;
-
-/// The repository's refs and worktrees, leaving out the archive refs `down` adds.
-fn refs_and_worktrees(repo: &Path) -> String {
-    let refs = git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
-    let refs: String =
-        refs.lines().filter(|l| !l.starts_with("refs/forage/archive/")).map(|l| format!("{l}\n")).collect();
-    refs + &git(repo, &["worktree", "list", "--porcelain"])
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
 
 /// While the engine is down, every command that needs it fails with exit 5 and a
 /// message naming the engine's address, and changes nothing.
@@ -50,10 +38,10 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
     let mut engine = PrivateEngine::start();
     let env = Env::on_engine(&engine.host());
     let repo = repo(&env, "repo");
-    let before = refs_and_worktrees(&repo);
+    let before = repo_state_but_archives(&repo);
     let name = env.unique("restart");
     env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap(), "--network", "none"]);
-    assert_eq!(json(&env.ok(&["status", &name, "--json"]))["status"], "running");
+    assert_eq!(env.json(&["status", &name, "--json"])["status"], "running");
 
     // The agent's work: a commit on its branch and a file it has not committed.
     let ws = env.home.join("workspaces").join(&name);
@@ -63,7 +51,7 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
     std::fs::write(ws.join("loose.txt"), "also kept\n").unwrap();
     let branch = format!("refs/heads/forage-{name}");
     let tip = git(&repo, &["rev-parse", &branch]);
-    let during = refs_and_worktrees(&repo);
+    let during = repo_state_but_archives(&repo);
 
     engine.stop();
     assert_engine_down_refused(
@@ -71,15 +59,15 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
         &engine,
         &[&["list"], &["list", "--json"], &["status", &name], &["down", &name], &["gc", "--force"]],
     );
-    assert_eq!(refs_and_worktrees(&repo), during, "a refused down touched the repository");
+    assert_eq!(repo_state_but_archives(&repo), during, "a refused down touched the repository");
     assert!(ws.join("loose.txt").exists());
 
     engine.restart();
     // The engine stopped the container on its way down; forage reports what is.
-    let list = json(&env.ok(&["list", "--json"]));
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list[0]["status"], "exited", "{list}");
-    let status = json(&env.ok(&["status", &name, "--json"]));
+    let status = env.json(&["status", &name, "--json"]);
     assert_eq!(status["status"], "exited", "{status}");
     assert_eq!(status["container"]["state"], "exited", "{status}");
     let text = env.ok(&["status", &name]);
@@ -90,14 +78,15 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
     env.ok(&["start", &name]);
     assert_eq!(env.ok(&["exec", &name, "--", "cat", "/workspace/loose.txt"]), "also kept\n");
     env.ok(&["down", &name]);
-    let archives = git(&repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
-    let archive = archives.lines().next().unwrap_or_else(|| panic!("no archive ref in {archives:?}"));
+    let archives = archive_refs(&repo);
+    assert_eq!(archives.len(), 1, "{archives:?}");
+    let archive = archives[0].as_str();
     let archived_files = git(&repo, &["ls-tree", "-r", "--name-only", archive]);
     assert!(archived_files.contains("committed.txt") && archived_files.contains("loose.txt"), "{archived_files}");
     assert!(git(&repo, &["merge-base", "--is-ancestor", tip.trim(), archive]).is_empty());
 
     env.assert_nothing_left_but_archives();
-    assert_eq!(refs_and_worktrees(&repo), before);
+    assert_eq!(repo_state_but_archives(&repo), before);
     assert!(!ws.exists());
     assert_eq!(shared_bridge_exists(), bridge, "the private engine touched the host's docker0");
 }
@@ -107,7 +96,7 @@ fn engine_crash_in_the_middle_of_up_leaves_a_broken_sandbox_that_down_finishes()
     let mut engine = PrivateEngine::start();
     let env = Env::on_engine(&engine.host());
     let repo = repo(&env, "repo");
-    let before = refs_and_worktrees(&repo);
+    let before = repo_state_but_archives(&repo);
     let name = env.unique("crash");
 
     // `up` has made the branch, the worktree and the container, and started it,
@@ -128,14 +117,14 @@ fn engine_crash_in_the_middle_of_up_leaves_a_broken_sandbox_that_down_finishes()
     assert_engine_down_refused(&env, &engine, &[&["list"], &["status", &name], &["down", &name]]);
 
     engine.restart();
-    let list = json(&env.ok(&["list", "--json"]));
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "broken", "{list}");
-    assert_eq!(json(&env.ok(&["status", &name, "--json"]))["status"], "broken");
+    assert_eq!(env.json(&["status", &name, "--json"])["status"], "broken");
     let findings = env.ok(&["gc"]);
     assert!(findings.contains(&format!("broken-sandbox: {name}")), "{findings}");
 
     env.ok(&["down", &name]);
     env.assert_nothing_left();
-    assert_eq!(refs_and_worktrees(&repo), before);
+    assert_eq!(repo_state_but_archives(&repo), before);
     assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
 }

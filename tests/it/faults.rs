@@ -2,11 +2,10 @@
 //! user is left with a whole sandbox or with nothing, and `gc` can tell which.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
 
-use crate::git::{git, repo};
+use crate::git::{archive_refs, git, repo, repo_state, repo_state_but_archives};
 use crate::support::*;
 
 /// Steps of `up` after which the fault hooks fire, per workspace mode.
@@ -17,12 +16,7 @@ const JJ_STEPS: &[&str] = &["record", "jj-workspace", "container", "start", "ini
 
 /// A jj repository's workspaces and bookmarks.
 fn jj_state(repo: &Path) -> String {
-    crate::jj::jj(repo, &["workspace", "list", "-T", "name ++ \"\\n\""])
-        + &crate::jj::jj(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])
-}
-
-fn repo_refs_and_worktrees(repo: &Path) -> String {
-    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]) + &git(repo, &["worktree", "list", "--porcelain"])
+    crate::jj::workspaces(repo).join("\n") + "\n" + &crate::jj::jj(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])
 }
 
 /// The `up` arguments for `name` in `mode`.
@@ -40,7 +34,7 @@ fn up_args(env: &Env, mode: &str, name: &str, repo: &Path) -> Vec<String> {
 fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
     let env = Env::new();
     let repo = repo(&env, "repo");
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
     let jj_before = jj_state(&jj_repo);
     for (mode, steps) in [("direct", DIRECT_STEPS), ("git", GIT_STEPS), ("jj", JJ_STEPS)] {
@@ -49,10 +43,9 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
             let repo = if mode == "jj" { jj_repo.clone() } else { repo.clone() };
             let args = up_args(&env, mode, &name, &repo);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let out = env.cmd(&args).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
-            assert_eq!(out.status.signal(), Some(9), "{mode}/{step}: {}", describe(&out));
+            env.killed_after(&args, step);
 
-            let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+            let list = env.json(&["list", "--json"]);
             if *step == "ready" {
                 // Killed after its last step: a whole sandbox, which gc leaves alone.
                 assert_eq!(list[0]["status"], "running", "{mode}/{step}: {list}");
@@ -72,7 +65,7 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
                     "{mode}/{step}: the repository's workspaces are as they were"
                 );
             } else {
-                assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}: the repository is as it was");
+                assert_eq!(repo_state(&repo), before, "{mode}/{step}: the repository is as it was");
             }
             assert!(!env.home.join("workspaces").join(&name).exists());
             assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
@@ -84,17 +77,12 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
 fn down_also_finishes_a_killed_up() {
     let env = Env::new();
     let repo = repo(&env, "repo");
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let name = env.unique("killed");
-    let out = env
-        .cmd(&["up", &name, "--git-worktree", repo.to_str().unwrap()])
-        .env("FORAGE_DEBUG_KILL_AFTER", "start")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.signal(), Some(9), "{}", describe(&out));
+    env.killed_after(&["up", &name, "--git-worktree", repo.to_str().unwrap()], "start");
     env.ok(&["down", &name]);
     env.assert_nothing_left_but_archives();
-    assert_eq!(repo_refs_and_worktrees(&repo), before);
+    assert_eq!(repo_state(&repo), before);
 }
 
 /// An `up` held after one of its steps by FORAGE_DEBUG_PAUSE_AFTER, waiting for a
@@ -141,7 +129,7 @@ fn ctrl_c_sigterm_or_sighup_after_any_step_of_up_rolls_back_by_itself() {
     use nix::sys::signal::Signal;
     let env = Env::new();
     let repo = repo(&env, "repo");
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
     let jj_before = jj_state(&jj_repo);
     let signals = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
@@ -165,7 +153,7 @@ fn ctrl_c_sigterm_or_sighup_after_any_step_of_up_rolls_back_by_itself() {
             if mode == "jj" {
                 assert_eq!(jj_state(&jj_repo), jj_before, "{mode}/{step}");
             } else {
-                assert_eq!(repo_refs_and_worktrees(&repo), before, "{mode}/{step}");
+                assert_eq!(repo_state(&repo), before, "{mode}/{step}");
             }
         }
     }
@@ -175,7 +163,7 @@ fn ctrl_c_sigterm_or_sighup_after_any_step_of_up_rolls_back_by_itself() {
 fn sixteen_concurrent_ups_with_duplicates_while_list_and_down_run() {
     let env = Env::new();
     let repo = repo(&env, "repo");
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let r = repo.to_str().unwrap().to_owned();
     // Sandboxes for the concurrent downs to remove.
     let doomed: Vec<String> = (0..3).map(|i| env.unique(&format!("doomed{i}"))).collect();
@@ -215,7 +203,7 @@ fn sixteen_concurrent_ups_with_duplicates_while_list_and_down_run() {
     assert_eq!(dup_codes.iter().filter(|c| **c == Some(0)).count(), 1, "exactly one duplicate wins: {dup_codes:?}");
     assert_eq!(dup_codes.iter().filter(|c| **c == Some(4)).count(), 3, "the others exit 4: {dup_codes:?}");
 
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     let rows = list.as_array().unwrap();
     assert_eq!(rows.len(), 13, "{list}");
     assert!(rows.iter().all(|r| r["status"] == "running"), "{list}");
@@ -223,7 +211,7 @@ fn sixteen_concurrent_ups_with_duplicates_while_list_and_down_run() {
 
     env.ok(&["down", "--all"]);
     env.assert_nothing_left();
-    assert_eq!(repo_refs_and_worktrees(&repo), before);
+    assert_eq!(repo_state(&repo), before);
 }
 
 #[test]
@@ -231,7 +219,7 @@ fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
     let env = Env::new();
     let repo = repo(&env, "repo");
     let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let (g, j) = (env.unique("lostgit"), env.unique("lostjj"));
     env.ok(&["up", &g, "--git-worktree", repo.to_str().unwrap()]);
     env.ok(&["up", &j, "--jj", jj_repo.to_str().unwrap()]);
@@ -241,7 +229,7 @@ fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
         std::fs::remove_file(env.home.join("sandboxes").join(format!("{n}.json"))).unwrap();
     }
 
-    let report: serde_json::Value = serde_json::from_str(&env.ok(&["gc", "--json"])).unwrap();
+    let report = env.json(&["gc", "--json"]);
     let kinds: Vec<&str> = report.as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "orphan-container").count(), 2, "{report}");
     assert_eq!(kinds.iter().filter(|k| **k == "orphan-workspace").count(), 2, "{report}");
@@ -249,15 +237,10 @@ fn gc_cleans_up_after_a_record_deleted_by_hand_archiving_the_work() {
     env.ok(&["gc", "--force"]);
     env.assert_nothing_left_but_archives();
     // The git work is in an archive ref; the repository is otherwise as it was.
-    let refs = git(&repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
-    let r = refs.lines().next().unwrap_or_else(|| panic!("no archive ref"));
-    assert_eq!(git(&repo, &["show", &format!("{r}:precious.txt")]), "precious\n");
-    let after: String = repo_refs_and_worktrees(&repo)
-        .lines()
-        .filter(|l| !l.starts_with("refs/forage/"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert_eq!(after, before);
+    let archives = archive_refs(&repo);
+    assert_eq!(archives.len(), 1, "{archives:?}");
+    assert_eq!(git(&repo, &["show", &format!("{}:precious.txt", archives[0])]), "precious\n");
+    assert_eq!(repo_state_but_archives(&repo), before);
     // The jj work is bookmarked, and the workspace forgotten.
     let files = crate::jj::jj(&jj_repo, &["file", "list", "-r", &format!("bookmarks(glob:\"forage/archive/{j}/*\")")]);
     assert!(files.contains("precious.txt"), "{files}");
@@ -277,7 +260,7 @@ fn gc_never_deletes_a_repository_it_cannot_trace_back() {
     let plain = env.home.join("workspaces").join(env.unique("plain"));
     std::fs::create_dir_all(&plain).unwrap();
 
-    let report: serde_json::Value = serde_json::from_str(&env.ok(&["gc", "--force", "--json"])).unwrap();
+    let report = env.json(&["gc", "--force", "--json"]);
     let about =
         |p: &Path| report.as_array().unwrap().iter().find(|f| f["subject"] == p.to_str().unwrap()).cloned().unwrap();
     assert!(about(&stray)["action"].as_str().unwrap().contains("by hand"), "{report}");
@@ -292,10 +275,9 @@ const DOWN_STEPS: &[&str] = &["removed-container", "archived", "removed-workspac
 fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothing() {
     let env = Env::new();
     let repo = repo(&env, "repo");
-    let before = repo_refs_and_worktrees(&repo);
+    let before = repo_state(&repo);
     let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
-    let jj_workspaces = || crate::jj::jj(&jj_repo, &["workspace", "list", "-T", "name ++ \"\\n\""]);
-    let jj_before = jj_workspaces();
+    let jj_before = crate::jj::workspaces(&jj_repo);
     for mode in ["direct", "git", "jj"] {
         for step in DOWN_STEPS {
             let name = env.unique(&format!("downkill-{step}"));
@@ -311,9 +293,8 @@ fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothi
             let work = format!("work-{name}.txt");
             std::fs::write(ws.join(&work), "the agent's work\n").unwrap();
 
-            let out = env.cmd(&["down", &name]).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
-            assert_eq!(out.status.signal(), Some(9), "{mode}/{step}: {}", describe(&out));
-            let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+            env.killed_after(&["down", &name], step);
+            let list = env.json(&["list", "--json"]);
             assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
 
             env.ok(&["down", &name]);
@@ -322,14 +303,7 @@ fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothi
             match mode {
                 "direct" => assert!(ws.join(&work).exists(), "{mode}/{step}: a direct workspace is the user's"),
                 "git" => {
-                    assert_eq!(
-                        repo_refs_and_worktrees(&repo)
-                            .lines()
-                            .filter(|l| !l.contains("refs/forage/archive/"))
-                            .collect::<Vec<_>>(),
-                        before.lines().collect::<Vec<_>>(),
-                        "{mode}/{step}"
-                    );
+                    assert_eq!(repo_state_but_archives(&repo), before, "{mode}/{step}");
                     let archive = git(
                         &repo,
                         &[
@@ -344,7 +318,7 @@ fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothi
                     assert!(files.contains(&work), "{mode}/{step}: {files}");
                 }
                 _ => {
-                    assert_eq!(jj_workspaces(), jj_before, "{mode}/{step}");
+                    assert_eq!(crate::jj::workspaces(&jj_repo), jj_before, "{mode}/{step}");
                     let newest = format!("latest(bookmarks(glob:\"forage/archive/{name}/*\"))");
                     let files = crate::jj::jj(&repo, &["file", "list", "-r", &newest]);
                     assert!(files.contains(&work), "{mode}/{step}: {files}");

@@ -34,11 +34,16 @@ pub fn repo(env: &Env, rel: &str) -> PathBuf {
 }
 
 /// Everything git knows that forage could have changed: refs and worktrees.
-fn repo_state(repo: &Path) -> (String, String) {
-    (git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]), git(repo, &["worktree", "list", "--porcelain"]))
+pub fn repo_state(repo: &Path) -> String {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]) + &git(repo, &["worktree", "list", "--porcelain"])
 }
 
-fn archive_refs(repo: &Path) -> Vec<String> {
+/// `repo_state` leaving out the archive refs that `down` adds.
+pub fn repo_state_but_archives(repo: &Path) -> String {
+    repo_state(repo).lines().filter(|l| !l.starts_with("refs/forage/archive/")).map(|l| format!("{l}\n")).collect()
+}
+
+pub fn archive_refs(repo: &Path) -> Vec<String> {
     git(repo, &["for-each-ref", "--format=%(refname)", "refs/forage/archive"]).lines().map(str::to_owned).collect()
 }
 
@@ -73,13 +78,7 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
     assert!(!env.home.join("workspaces/agent").exists());
     let refs = archive_refs(&repo);
     assert_eq!(refs.len(), 1, "{refs:?}");
-    let (refs_before, worktrees_before) = before;
-    let (refs_after, worktrees_after) = repo_state(&repo);
-    assert_eq!(worktrees_after, worktrees_before);
-    assert_eq!(
-        refs_after.lines().filter(|l| !l.starts_with("refs/forage/archive/")).collect::<Vec<_>>(),
-        refs_before.lines().collect::<Vec<_>>()
-    );
+    assert_eq!(repo_state_but_archives(&repo), before);
 
     // Every byte is recoverable from the archive ref; ignored files are not archived.
     let r = &refs[0];
@@ -142,7 +141,7 @@ fn two_sandboxes_on_one_repository_do_not_disturb_each_other() {
     );
     assert_eq!(out, "?? two.txt\ntwo\n");
     assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-g-two"]), "two\n");
-    let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", "g-two", "--json"])).unwrap();
+    let status = env.json(&["status", "g-two", "--json"]);
     assert_eq!(status["git"]["ahead"], 1);
     assert_eq!(status["git"]["branch"], "forage-g-two");
     sh(&env, "g-two", "cd /workspace && echo dirty > dirty.txt");
@@ -307,7 +306,7 @@ fn down_that_cannot_archive_refuses_with_exit_7_and_deletes_nothing_of_the_work(
     assert_eq!(env.containers(), Vec::<String>::new());
     assert_eq!(git(&repo, &["rev-parse", &format!("forage-{name}")]), tip);
     assert_eq!(std::fs::read_to_string(ws.join("precious.txt")).unwrap(), "the agent's only copy\n");
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "broken", "{list}");
     // gc --force meets the same refusal and reports it.
     let out = env.run(&["gc", "--force"]);
@@ -321,8 +320,5 @@ fn down_that_cannot_archive_refuses_with_exit_7_and_deletes_nothing_of_the_work(
     env.assert_nothing_left_but_archives();
     assert_eq!(archive_refs(&repo).len(), 1);
     assert_eq!(git(&repo, &["show", &format!("{}:precious.txt", archive_refs(&repo)[0])]), "the agent's only copy\n");
-    let (refs, worktrees) = repo_state(&repo);
-    let refs: String =
-        refs.lines().filter(|l| !l.starts_with("refs/forage/archive/")).map(|l| format!("{l}\n")).collect();
-    assert_eq!((refs, worktrees), before);
+    assert_eq!(repo_state_but_archives(&repo), before);
 }

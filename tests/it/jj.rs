@@ -31,7 +31,8 @@ pub fn jj_repo(env: &Env, rel: &str, colocate: bool) -> PathBuf {
     dir
 }
 
-fn workspaces(repo: &Path) -> Vec<String> {
+/// The repository's jj workspaces, by name.
+pub fn workspaces(repo: &Path) -> Vec<String> {
     jj(repo, &["workspace", "list", "-T", "name ++ \"\\n\""]).lines().map(str::to_owned).collect()
 }
 
@@ -62,7 +63,7 @@ fn an_agent_edits_and_describes_inside_and_down_keeps_every_change() {
         assert!(descriptions(&repo).contains("agent change"));
         let ws = format!("forage-{name}");
         assert!(workspaces(&repo).contains(&ws));
-        let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", &name, "--json"])).unwrap();
+        let status = env.json(&["status", &name, "--json"]);
         assert_eq!(status["git"]["ahead"], 2, "{status}");
 
         let out = env.ok(&["down", &name]);

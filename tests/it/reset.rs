@@ -1,7 +1,6 @@
 //! `reset`: a new container from the template as it is now, with the options `up`
 //! was given; the workspace, its branch and the agent's work are not touched.
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 use crate::git::{git, repo};
@@ -89,17 +88,17 @@ fn reset_makes_a_new_container_from_the_edited_template_and_keeps_the_workspace_
     assert_eq!(git(&repo, &["for-each-ref", "--format=%(refname) %(objectname)"]), refs, "no ref moved");
     assert_eq!(git(&repo, &["worktree", "list", "--porcelain"]), worktrees);
     assert_eq!(env.ok(&["exec", &name, "--", "git", "-C", "/workspace", "log", "--format=%s", "-1"]), "agent work\n");
-    let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", &name, "--json"])).unwrap();
+    let status = env.json(&["status", &name, "--json"]);
     assert_eq!(status["status"], "running", "{status}");
 
     // A container removed behind forage's back: reset makes a new one.
     let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
     block_on(docker().remove_container(&format!("forage-{name}"), Some(opts))).unwrap();
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "missing");
     let out = run(&["reset", &name]);
     assert!(out.status.success(), "{}", describe(&out));
-    let list: serde_json::Value = serde_json::from_str(&env.ok(&["list", "--json"])).unwrap();
+    let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "running");
 
     env.ok(&["down", &name]);
@@ -152,7 +151,7 @@ fn reset_refuses_what_it_cannot_do_and_changes_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(err.contains("init-fails") && err.contains(&format!("`forage-ctl reset {name}` again")), "{err}");
-    let status: serde_json::Value = serde_json::from_str(&env.ok(&["status", &name, "--json"])).unwrap();
+    let status = env.json(&["status", &name, "--json"]);
     assert_eq!(status["status"], "exited", "{status}");
     agent_template(&dir, &image, "one", "'true'");
     let out = run(&["reset", &name]);
@@ -160,12 +159,7 @@ fn reset_refuses_what_it_cannot_do_and_changes_nothing() {
 
     // A half-made sandbox is not reset.
     let broken = env.unique("half");
-    let out = env
-        .cmd(&["up", &broken, "--workspace", ws.to_str().unwrap()])
-        .env("FORAGE_DEBUG_KILL_AFTER", "container")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.signal(), Some(9), "{}", describe(&out));
+    env.killed_after(&["up", &broken, "--workspace", ws.to_str().unwrap()], "container");
     let err = env.fails(&["reset", &broken], 4);
     assert!(err.contains(&format!("forage-ctl down {broken}")), "{err}");
 

@@ -141,6 +141,20 @@ impl Env {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// Runs a `--json` command, asserting success, and parses its output.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("forage-ctl {args:?} printed no JSON ({e}): {out}"))
+    }
+
+    /// Runs with `FORAGE_DEBUG_KILL_AFTER=step` and asserts that forage-ctl died
+    /// of SIGKILL there, leaving what a crash at that point would leave.
+    pub fn killed_after(&self, args: &[&str], step: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        let out = self.cmd(args).env("FORAGE_DEBUG_KILL_AFTER", step).output().unwrap();
+        assert_eq!(out.status.signal(), Some(9), "{args:?} killed after {step}: {}", describe(&out));
+    }
+
     /// Runs and asserts the exit code, returning stderr.
     pub fn fails(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);

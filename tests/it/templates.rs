@@ -9,7 +9,7 @@ pub fn shell_image(env: &Env) -> String {
     let ws = env.mkdir("image-probe");
     let name = env.unique("probe");
     env.ok(&["up", &name, "--workspace", ws.to_str().unwrap(), "--no-start"]);
-    let v: serde_json::Value = serde_json::from_str(&env.ok(&["status", &name, "--json"])).unwrap();
+    let v = env.json(&["status", &name, "--json"]);
     env.ok(&["down", &name]);
     v["record"]["image"].as_str().unwrap().to_owned()
 }
@@ -401,10 +401,9 @@ fn a_failing_init_in_git_and_jj_mode_rolls_back_and_archives_what_init_wrote() {
         &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\ninit: ['echo from-init > init-wrote.txt', 'exit 3']\n"),
     );
     let git_repo = crate::git::repo(&env, "repo");
-    let refs = crate::git::git(&git_repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let before = crate::git::repo_state(&git_repo);
     let jj_repo = crate::jj::jj_repo(&env, "jj-repo", true);
-    let jj_workspaces = || crate::jj::jj(&jj_repo, &["workspace", "list", "-T", "name ++ \"\\n\""]);
-    let workspaces = jj_workspaces();
+    let workspaces = crate::jj::workspaces(&jj_repo);
 
     for (flag, repo) in [("--git-worktree", &git_repo), ("--jj", &jj_repo)] {
         let name = env.unique(&format!("half{}", flag.len()));
@@ -418,17 +417,18 @@ fn a_failing_init_in_git_and_jj_mode_rolls_back_and_archives_what_init_wrote() {
         env.assert_nothing_left_but_archives();
         assert!(!env.home.join("workspaces").join(&name).exists());
         let files = if flag == "--jj" {
-            assert_eq!(jj_workspaces(), workspaces, "the jj workspace is forgotten");
+            assert_eq!(crate::jj::workspaces(&jj_repo), workspaces, "the jj workspace is forgotten");
             let bookmark = format!("latest(bookmarks(glob:\"forage/archive/{name}/*\"))");
             crate::jj::jj(&jj_repo, &["file", "list", "-r", &bookmark])
         } else {
-            let now = crate::git::git(&git_repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
-            let (archives, others): (Vec<&str>, Vec<&str>) =
-                now.lines().partition(|l| l.starts_with("refs/forage/archive/"));
-            assert_eq!(others, refs.lines().collect::<Vec<_>>(), "branch deleted, no other ref moved");
-            assert_eq!(archives.len(), 1, "{now}");
-            let archive = archives[0].split(' ').next().unwrap();
-            crate::git::git(&git_repo, &["ls-tree", "-r", "--name-only", archive])
+            let archives = crate::git::archive_refs(&git_repo);
+            assert_eq!(
+                crate::git::repo_state_but_archives(&git_repo),
+                before,
+                "branch and worktree gone, no ref moved"
+            );
+            assert_eq!(archives.len(), 1, "{archives:?}");
+            crate::git::git(&git_repo, &["ls-tree", "-r", "--name-only", &archives[0]])
         };
         assert!(files.contains("init-wrote.txt"), "{flag}: what init wrote is archived: {files}");
     }
