@@ -128,11 +128,12 @@ fn attach_and_logs_reach_the_agent() {
     let mut stdin = attach.stdin.take().unwrap();
     stdin.write_all(b"echo attached-marker > /workspace/attached.txt\n").unwrap();
     stdin.flush().unwrap();
-    let arrived = eventually(20, || ws.join("attached.txt").exists());
+    // Waits for the content, not the file: the shell creates it before writing.
+    let arrived =
+        eventually(20, || std::fs::read_to_string(ws.join("attached.txt")).is_ok_and(|t| t == "attached-marker\n"));
     attach.kill().unwrap();
     let _ = attach.wait();
     assert!(arrived, "a command typed through attach did not run");
-    assert_eq!(std::fs::read_to_string(ws.join("attached.txt")).unwrap(), "attached-marker\n");
 
     // The agent's terminal output is in its logs.
     let logs = env.ok(&["logs", "talk"]);

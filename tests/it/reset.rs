@@ -11,10 +11,11 @@ fn container_id(name: &str) -> String {
     inspect(&format!("forage-{name}")).and_then(|c| c.id).unwrap_or_default()
 }
 
-/// A template whose agent writes what it sees (env, arguments, init's marker) into
-/// the workspace, then waits.
+/// A template whose agent writes what it sees (env, secret and arguments) into
+/// the workspace (whole, by rename, so the test never reads it half written),
+/// then waits.
 fn agent_template(dir: &Path, image: &str, flavour: &str, init: &str) -> std::path::PathBuf {
-    let agent = "[sh, -c, 'echo \"$FLAVOUR $EXTRA [$TOKEN] $*\" > /workspace/seen; exec sleep 1000', agent]";
+    let agent = "[sh, -c, 'echo \"$FLAVOUR $EXTRA [$TOKEN] $*\" > /workspace/.seen; mv /workspace/.seen /workspace/seen; exec sleep 1000', agent]";
     write(
         &dir.join("resettable.yaml"),
         &format!(

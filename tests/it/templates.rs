@@ -102,7 +102,7 @@ fn a_secret_is_a_read_only_file_and_the_agents_env_and_nowhere_else() {
     write(
         &dir.join("agent.yaml"),
         &format!(
-            "image: {image}\nagent:\n  command: [sh, -c, 'echo \"key=$API_KEY\" > /workspace/seen; exec sleep 1000']\n  secrets: {{API_KEY: api}}\n"
+            "image: {image}\nagent:\n  command: [sh, -c, 'echo \"key=$API_KEY\" > /workspace/.seen; mv /workspace/.seen /workspace/seen; exec sleep 1000']\n  secrets: {{API_KEY: api}}\n"
         ),
     );
     let value = format!("sk-it-{}-do-not-leak", std::process::id());
