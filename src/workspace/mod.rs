@@ -4,6 +4,7 @@
 pub mod direct;
 pub mod git;
 pub mod jj;
+pub mod untrusted;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

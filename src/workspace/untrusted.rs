@@ -1,0 +1,352 @@
+//! Files the agent can write, read on the host without trusting them (SPEC §3a).
+//!
+//! Inside the container the agent runs as the user's uid, so anything it can reach
+//! it can replace with a symlink (resolved on the host against the host's root),
+//! a FIFO (which blocks whoever opens it), a huge file, or a directory it made
+//! unreadable. So every read here starts from a directory forage made, whose path
+//! comes from forage's record, and walks one component at a time with
+//! `O_NOFOLLOW`; only regular files and directories are read, files with a size
+//! bound, and nothing is ever opened in a way that can block.
+//!
+//! Deleting is here too: `remove_created_dir` removes only a canonical,
+//! non-symlink directory strictly under a directory forage owns.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{openat, readlinkat, OFlag};
+use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
+use nix::unistd::linkat;
+
+/// What a directory entry is, as `lstat` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    /// FIFOs, sockets, devices: never opened.
+    Other,
+}
+
+fn kind_of(st: &FileStat) -> Kind {
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFDIR => Kind::Dir,
+        SFlag::S_IFREG => Kind::File,
+        SFlag::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+/// A directory held open by descriptor; names are resolved beneath it only.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+fn nofollow_dir() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// True for the errors that mean "not there, or not a plain directory/file": the
+/// agent may have removed it or put a symlink in its place.
+fn is_absent(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP))
+}
+
+impl Dir {
+    /// Opens a directory forage made (its path comes from forage's own record).
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let fd = openat(None, path, nofollow_dir(), Mode::empty())?;
+        // SAFETY: openat returned a fresh descriptor that nothing else owns.
+        Ok(Dir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_path_buf() })
+    }
+
+    /// The host path this directory was reached by, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The subdirectory `name`; `None` when it is absent, or is anything but a
+    /// directory (a symlink to one included).
+    pub fn dir(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Dir>> {
+        let name = name.as_ref();
+        match openat(Some(self.fd.as_raw_fd()), name, nofollow_dir(), Mode::empty()) {
+            // SAFETY: as in `open`.
+            Ok(fd) => Ok(Some(Dir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: self.path.join(name) })),
+            Err(e) => {
+                let e = io::Error::from(e);
+                if is_absent(&e) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Follows a `/`-separated relative path of plain directories.
+    pub fn dir_path(&self, rel: &str) -> io::Result<Option<Dir>> {
+        let mut parts = rel.split('/').filter(|p| !p.is_empty());
+        let Some(first) = parts.next() else { return self.dir(".") };
+        let mut at = match self.dir(first)? {
+            Some(d) => d,
+            None => return Ok(None),
+        };
+        for part in parts {
+            at = match at.dir(part)? {
+                Some(d) => d,
+                None => return Ok(None),
+            };
+        }
+        Ok(Some(at))
+    }
+
+    /// The entries (not `.` and `..`), each with its kind as `lstat` saw it.
+    pub fn entries(&self) -> io::Result<Vec<(OsString, Kind)>> {
+        let fd = nix::unistd::dup(self.fd.as_raw_fd())?;
+        let mut dir = nix::dir::Dir::from_fd(fd)?;
+        let mut out = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            match self.kind(name)? {
+                Some(kind) => out.push((name.to_os_string(), kind)),
+                None => continue, // removed while listing
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// What `name` is, without following it; `None` when absent.
+    pub fn kind(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Kind>> {
+        self.lstat(name).map(|st| st.as_ref().map(kind_of))
+    }
+
+    pub fn lstat(&self, name: impl AsRef<OsStr>) -> io::Result<Option<FileStat>> {
+        match fstatat(Some(self.fd.as_raw_fd()), name.as_ref(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(e) => {
+                let e = io::Error::from(e);
+                if is_absent(&e) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Opens the regular file `name` for reading; `None` when absent or not a
+    /// regular file (never blocks on a FIFO, never follows a symlink).
+    pub fn open_file(&self, name: impl AsRef<OsStr>) -> io::Result<Option<(File, FileStat)>> {
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let fd = match openat(Some(self.fd.as_raw_fd()), name.as_ref(), flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let e = io::Error::from(e);
+                return if is_absent(&e) { Ok(None) } else { Err(e) };
+            }
+        };
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let st = fstat(file.as_raw_fd())?;
+        if kind_of(&st) != Kind::File {
+            return Ok(None);
+        }
+        Ok(Some((file, st)))
+    }
+
+    /// The whole regular file `name`, refused if it is larger than `limit` bytes;
+    /// `None` when absent or not a regular file.
+    pub fn read(&self, name: impl AsRef<OsStr>, limit: u64) -> io::Result<Option<Vec<u8>>> {
+        let name = name.as_ref();
+        let Some((file, _)) = self.open_file(name)? else { return Ok(None) };
+        let mut bytes = Vec::new();
+        file.take(limit + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} is larger than {limit} bytes", self.path.join(name).display()),
+            ));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// The target of the symlink `name`, as bytes (never followed).
+    pub fn read_link(&self, name: impl AsRef<OsStr>) -> io::Result<OsString> {
+        Ok(readlinkat(Some(self.fd.as_raw_fd()), name.as_ref())?)
+    }
+
+    /// Puts the regular file `name` into `into` as `new_name`: a hard link when the
+    /// filesystem allows one, else a copy. Either way `into` then holds a regular
+    /// file that the agent can no longer swap for something else; its content may
+    /// still change (a hard link shares it), so readers verify what they read.
+    /// Returns false when `name` is absent or not a regular file.
+    pub fn place_into(&self, name: &OsStr, into: &Dir, new_name: &OsStr) -> io::Result<bool> {
+        let linked =
+            linkat(Some(self.fd.as_raw_fd()), name, Some(into.fd.as_raw_fd()), new_name, nix::fcntl::AtFlags::empty());
+        if linked.is_ok() {
+            // linkat never follows a symlink, so the link may be one: check ours.
+            if into.kind(new_name)? == Some(Kind::File) {
+                return Ok(true);
+            }
+            nix::unistd::unlinkat(Some(into.fd.as_raw_fd()), new_name, nix::unistd::UnlinkatFlags::NoRemoveDir)?;
+            return Ok(false);
+        }
+        let Some((mut src, _)) = self.open_file(name)? else { return Ok(false) };
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(Some(into.fd.as_raw_fd()), new_name, flags, Mode::from_bits_truncate(0o600))?;
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let mut dst = unsafe { File::from_raw_fd(fd) };
+        io::copy(&mut src, &mut dst)?;
+        Ok(true)
+    }
+
+    /// Gives the user back read access (and for a directory, search and write)
+    /// to `name`, which the agent, running as the user's uid, may have taken away.
+    /// Never follows a symlink: `name` must be a plain file or directory.
+    pub fn grant_owner_access(&self, name: impl AsRef<OsStr>) -> io::Result<()> {
+        let name = name.as_ref();
+        let Some(st) = self.lstat(name)? else { return Ok(()) };
+        let add = match kind_of(&st) {
+            Kind::Dir => 0o700,
+            Kind::File => 0o600,
+            _ => return Ok(()),
+        };
+        if st.st_mode & add == add {
+            return Ok(());
+        }
+        let mode = Mode::from_bits_truncate((st.st_mode & 0o7777) | add);
+        nix::sys::stat::fchmodat(Some(self.fd.as_raw_fd()), name, mode, nix::sys::stat::FchmodatFlags::FollowSymlink)?;
+        Ok(())
+    }
+
+    /// Makes the directory `name` beneath this one (forage's own staging areas).
+    pub fn make_dir(&self, name: impl AsRef<OsStr>) -> io::Result<Dir> {
+        nix::sys::stat::mkdirat(Some(self.fd.as_raw_fd()), name.as_ref(), Mode::from_bits_truncate(0o700))?;
+        self.dir(name.as_ref())?.ok_or_else(|| io::Error::other("a directory just made is gone"))
+    }
+}
+
+/// Deletes the directory `path` that forage made, with everything the agent put
+/// in it, but only if `path` is canonical (no symlink anywhere on it, no `..`), is
+/// a directory itself, and lies strictly under `owner` (a directory of
+/// FORAGE_HOME). Anything else is refused with an error naming the path. Gone
+/// already is fine.
+pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let refuse = |why: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing to delete {}: {why}; forage deletes only directories it made", path.display()),
+        ))
+    };
+    if !meta.is_dir() {
+        return refuse("it is not a directory (a symlink?)");
+    }
+    let canonical = path.canonicalize()?;
+    if canonical != path {
+        return refuse("its path goes through a symlink or `..`");
+    }
+    let owner = owner.canonicalize()?;
+    if !canonical.starts_with(&owner) || canonical == owner {
+        return refuse(&format!("it is not inside {}", owner.display()));
+    }
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            // The agent (the user's uid) made a directory unwritable or unreadable:
+            // the user owns it, so give it back its permissions and try again.
+            restore_permissions(&Dir::open(path)?)?;
+            std::fs::remove_dir_all(path)
+        }
+        other => other,
+    }
+}
+
+/// Gives every directory under `dir` (not following symlinks) `u+rwx`.
+fn restore_permissions(dir: &Dir) -> io::Result<()> {
+    for (name, kind) in dir.entries().unwrap_or_default() {
+        if kind != Kind::Dir {
+            continue;
+        }
+        dir.grant_owner_access(&name)?;
+        if let Some(sub) = dir.dir(&name)? {
+            restore_permissions(&sub)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn symlinks_fifos_and_big_files_are_never_followed_or_read() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "secret").unwrap();
+        std::fs::write(root.join("sub/file"), "ok").unwrap();
+        std::fs::write(root.join("big"), vec![b'x'; 100]).unwrap();
+        symlink(&outside, root.join("link-dir")).unwrap();
+        symlink(outside.join("secret"), root.join("link-file")).unwrap();
+        nix::unistd::mkfifo(&root.join("fifo"), Mode::from_bits_truncate(0o600)).unwrap();
+
+        let dir = Dir::open(&root).unwrap();
+        assert!(dir.dir("link-dir").unwrap().is_none());
+        assert!(dir.dir_path("link-dir/").unwrap().is_none());
+        assert_eq!(dir.read("link-file", 100).unwrap(), None);
+        assert_eq!(dir.read("fifo", 100).unwrap(), None, "a FIFO is never read (and never blocks)");
+        assert_eq!(dir.read_link("link-file").unwrap(), outside.join("secret").as_os_str());
+        assert!(dir.read("big", 10).is_err());
+        assert_eq!(dir.dir_path("sub").unwrap().unwrap().read("file", 10).unwrap().unwrap(), b"ok");
+        let kinds: Vec<Kind> = dir.entries().unwrap().into_iter().map(|(_, k)| k).collect();
+        assert_eq!(kinds, [Kind::File, Kind::Other, Kind::Symlink, Kind::Symlink, Kind::Dir]);
+
+        let staging = dir.make_dir("staging").unwrap();
+        assert!(!dir.place_into(OsStr::new("link-file"), &staging, OsStr::new("x")).unwrap());
+        assert_eq!(staging.kind("x").unwrap(), None, "a linked symlink is removed again");
+        assert!(dir.place_into(OsStr::new("big"), &staging, OsStr::new("y")).unwrap());
+        assert_eq!(staging.kind("y").unwrap(), Some(Kind::File));
+    }
+
+    #[test]
+    fn only_canonical_directories_inside_the_owner_are_deleted() {
+        let t = tempfile::tempdir().unwrap();
+        let owner = t.path().join("owner");
+        let victim = t.path().join("victim");
+        std::fs::create_dir_all(owner.join("made/locked/deep")).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("keep"), "x").unwrap();
+        symlink(&victim, owner.join("link")).unwrap();
+
+        assert!(remove_created_dir(&owner.join("link"), &owner).is_err());
+        assert!(remove_created_dir(&owner.join("made/../../victim"), &owner).is_err());
+        assert!(remove_created_dir(&victim, &owner).is_err());
+        assert!(remove_created_dir(&owner, &owner).is_err());
+        assert!(victim.join("keep").exists());
+
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(owner.join("made/locked"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        remove_created_dir(&owner.join("made"), &owner).unwrap();
+        assert!(!owner.join("made").exists());
+        remove_created_dir(&owner.join("made"), &owner).unwrap();
+    }
+}
