@@ -16,6 +16,9 @@ use crate::workspace::WorkspaceRecord;
 
 pub const RECORD_VERSION: u32 = 1;
 
+/// In FORAGE_HOME/private/<name>: the sandbox's workspace, as `up` made it.
+const WORKSPACE_SIDECAR: &str = "workspace.json";
+
 /// Where forage keeps its state. Resolved once per process.
 #[derive(Debug, Clone)]
 pub struct Home {
@@ -63,6 +66,37 @@ impl Home {
 
     pub fn workspaces_dir(&self) -> PathBuf {
         self.root.join("workspaces")
+    }
+
+    /// FORAGE_HOME/private: per-sandbox state around the agent's private
+    /// repository (git and jj modes).
+    pub fn private_dir(&self) -> PathBuf {
+        self.root.join("private")
+    }
+
+    /// FORAGE_HOME/private/<name>.
+    pub fn private_dir_of(&self, name: &SandboxName) -> PathBuf {
+        self.private_dir().join(name.as_str())
+    }
+
+    /// Makes FORAGE_HOME/private/<name> and writes in it what the sandbox's
+    /// workspace is (`workspace.json`, which the agent never sees), so that `gc`
+    /// can clean up after it from forage's own words even if the record is gone.
+    pub fn create_private_dir(&self, name: &SandboxName, workspace: &WorkspaceRecord) -> Result<PathBuf> {
+        self.ensure_dir(&self.private_dir())?;
+        let dir = self.private_dir_of(name);
+        fs::create_dir(&dir).context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(WORKSPACE_SIDECAR);
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(workspace).map_err(Error::other)?)?;
+        fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
+        sync_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// What `create_private_dir` wrote for `name`, if it is there and readable.
+    pub fn workspace_sidecar(&self, name: &SandboxName) -> Option<WorkspaceRecord> {
+        let bytes = fs::read(self.private_dir_of(name).join(WORKSPACE_SIDECAR)).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     fn locks_dir(&self) -> PathBuf {

@@ -78,6 +78,10 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
         match engine.down(name, opts).await {
             Ok(report) => {
                 progress.finish();
+                // Said even with -q and --json: work that was not kept.
+                for n in &report.not_archived {
+                    eprintln!("forage-ctl: warning: sandbox {}: not archived: {}: {}", report.name, n.source, n.why);
+                }
                 if !ctx.quiet && !args.json {
                     print_report(&report);
                 }
@@ -114,6 +118,11 @@ fn print_report(r: &DownReport) {
             println!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container);
         }
     }
+    for a in &r.archived_elsewhere {
+        let short = &a.commit[..a.commit.len().min(12)];
+        let source = a.source.as_deref().unwrap_or("elsewhere");
+        println!("archived the agent's {source} ({}) as ref {} ({short})", plural(a.commits, "commit"), a.refname);
+    }
     if let Some(a) = &r.archived {
         let mut what = Vec::new();
         if a.commits > 0 {
@@ -127,6 +136,8 @@ fn print_report(r: &DownReport) {
         }
         let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
         println!("archived {} as {kind} {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
+    }
+    if r.archived.is_some() || !r.archived_elsewhere.is_empty() {
         println!("  restore with: forage-ctl restore {name}");
     }
 }

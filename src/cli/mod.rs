@@ -13,6 +13,7 @@ mod render;
 mod reset;
 mod restore;
 mod status;
+mod sync;
 mod templates;
 mod up;
 
@@ -71,6 +72,8 @@ pub enum Command {
     /// Replace the container with a new one from the template as it is now (same
     /// options as `up`); the workspace is untouched.
     Reset(NameArg),
+    /// Bring the agent's commits to the host repository (git: onto branch forage-NAME).
+    Sync(sync::SyncArgs),
     /// Tear sandboxes down: container first, then workspace and record.
     #[command(visible_alias = "rm")]
     Down(down::DownArgs),
@@ -132,6 +135,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Stop(args) => lifecycle::stop(&ctx, args).await,
         Command::Restart(args) => lifecycle::restart(&ctx, args).await,
         Command::Reset(args) => reset::run(&ctx, args).await,
+        Command::Sync(args) => sync::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Gc(args) => gc::run(&ctx, args).await,

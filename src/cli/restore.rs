@@ -59,6 +59,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
             Some(&branch),
             &args.name,
             path,
+            ctx.home.private_dir_of(&args.name),
         )?),
     };
     let mut request = UpRequest::new(args.name, template::resolve(&entry.template)?, workspace);

@@ -27,6 +27,12 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
     println!("status:     {}", s.row.status);
     println!("mode:       {}", r.workspace.mode());
     println!("workspace:  {}", r.workspace.host_path().display());
+    if let Some(e) = &s.sync_error {
+        println!("sync:       FAILED: {e}");
+    }
+    if let Some(head) = s.sync.as_ref().and_then(|r| r.agent_head.as_deref()) {
+        println!("agent HEAD: {head}");
+    }
     if let Some(g) = &s.git {
         let (kind, change) =
             if r.workspace.mode() == Mode::Jj { ("jj workspace", "change") } else { ("branch", "commit") };

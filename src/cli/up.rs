@@ -145,6 +145,7 @@ pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
             args.branch.as_deref(),
             &args.name,
             path,
+            ctx.home.private_dir_of(&args.name),
         )?)),
     }
 }

@@ -7,17 +7,17 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::journal::Step;
 use super::{Engine, Teardown};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::Runtime;
-use crate::store::ArchiveEntry;
-use crate::store::RecordState;
+use crate::store::{ArchiveEntry, Record, RecordState, RECORD_VERSION};
 use crate::template::DEFAULT_TEMPLATE;
 use crate::workspace::git::Archived;
-use crate::workspace::git::GitWorkspace;
 use crate::workspace::jj::JjWorkspace;
-use crate::workspace::Mode;
+use crate::workspace::untrusted::remove_created_dir;
+use crate::workspace::{Mode, WorkspaceRecord};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -104,41 +104,20 @@ impl<R: Runtime> Engine<'_, R> {
             findings.push(finding);
         }
 
-        for dir in list_dir(&self.home.workspaces_dir()) {
-            // Workspaces live at workspaces/<sandbox name>.
-            let Some(name) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()) else {
-                continue;
-            };
+        // Workspaces live at workspaces/<name>, private repositories at private/<name>.
+        let mut orphan_names: Vec<SandboxName> = list_dir(&self.home.workspaces_dir())
+            .into_iter()
+            .chain(list_dir(&self.home.private_dir()))
+            .filter_map(|d| d.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()))
+            .collect();
+        orphan_names.sort();
+        orphan_names.dedup();
+        for name in orphan_names {
             let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
             if self.home.load(&name)?.is_some() {
                 continue;
             }
-            let worktree = orphan_worktree(&dir);
-            let jj_workspace = orphan_jj_workspace(&dir);
-            let unrecognised =
-                worktree.is_none() && jj_workspace.is_none() && (dir.join(".git").exists() || dir.join(".jj").exists());
-            let mut finding = Finding {
-                kind: Kind::OrphanWorkspace,
-                subject: dir.display().to_string(),
-                why: "no sandbox record owns this workspace".into(),
-                action: match (&worktree, &jj_workspace) {
-                    (Some(w), _) => format!("archive its work, then remove worktree {} of {}", w.worktree_id, w.repo.display()),
-                    (_, Some(j)) => format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display()),
-                    _ if unrecognised => {
-                        "nothing: it holds a repository forage cannot trace back (moved repository? detached HEAD?); inspect it and remove it by hand".into()
-                    }
-                    _ => "remove the directory (it holds no repository, so no history)".into(),
-                },
-                error: None,
-            };
-            if force && !unrecognised {
-                let result = match &jj_workspace {
-                    Some(j) => self.remove_orphan_jj_workspace(&name, j),
-                    None => self.remove_orphan_workspace(&name, &dir, worktree.as_ref()),
-                };
-                finding.error = result.err().map(|e| e.to_string());
-            }
-            findings.push(finding);
+            findings.push(self.orphan_workspace(&name, force).await);
         }
 
         for path in self.home.stale_locks()? {
@@ -170,21 +149,65 @@ impl<R: Runtime> Engine<'_, R> {
         Ok(findings)
     }
 
-    fn remove_orphan_workspace(&self, name: &SandboxName, dir: &Path, worktree: Option<&GitWorkspace>) -> Result<()> {
-        if let Some(w) = worktree {
-            let _repo = self.home.lock_repo(&w.common_dir)?;
-            if let Some(a) = w.archive(name, &super::timestamp())? {
-                self.remember_archive(name, Mode::GitWorktree, &a, &w.repo, &w.common_dir, &w.branch)?;
-            }
-            w.remove_worktree(&self.home.workspaces_dir())?;
-            if w.branch == w.worktree_id {
-                w.delete_branch()?;
-            }
+    /// A workspace no record owns. Its sidecar (written by `up` next to the
+    /// private repository) says what forage made, and a teardown as `down`'s
+    /// removes exactly that, archiving the work first. Without one, only a
+    /// directory that holds no repository is removed.
+    async fn orphan_workspace(&self, name: &SandboxName, force: bool) -> Finding {
+        let dir = self.home.workspaces_dir().join(name.as_str());
+        let sidecar = self.home.workspace_sidecar(name);
+        let jj_workspace = if sidecar.is_none() { orphan_jj_workspace(&dir) } else { None };
+        let holds_repo = dir.join(".git").exists() || dir.join(".jj").exists();
+        let mut finding = Finding {
+            kind: Kind::OrphanWorkspace,
+            subject: dir.display().to_string(),
+            why: "no sandbox record owns this workspace".into(),
+            action: match (&sidecar, &jj_workspace) {
+                (Some(WorkspaceRecord::GitWorktree(w)), _) => {
+                    format!("archive its work, then remove worktree {} and branch {} of {}", w.worktree_id, w.branch, w.repo.display())
+                }
+                (Some(ws), _) => format!("archive its work, then remove its {} workspace", ws.mode()),
+                (None, Some(j)) => format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display()),
+                (None, None) if holds_repo => {
+                    "nothing: it holds a repository forage cannot trace back (made by another forage?); inspect it and remove it by hand".into()
+                }
+                (None, None) => "remove the directory (it holds no repository, so no history)".into(),
+            },
+            error: None,
+        };
+        if !force {
+            return finding;
         }
-        if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(|e| Error::other(format!("removing {}: {e}", dir.display())))?;
-        }
-        Ok(())
+        let result = match (sidecar, jj_workspace) {
+            (Some(workspace), _) => {
+                let journal = match &workspace {
+                    WorkspaceRecord::GitWorktree(_) => vec![Step::GitBranch, Step::GitWorktree, Step::PrivateRepo],
+                    WorkspaceRecord::Jj(_) => vec![Step::JjWorkspace, Step::PrivateRepo],
+                    WorkspaceRecord::Direct { .. } => vec![Step::PrivateRepo],
+                };
+                let record = Record {
+                    version: RECORD_VERSION,
+                    name: name.clone(),
+                    state: RecordState::Removing,
+                    created_at: super::now(),
+                    template: DEFAULT_TEMPLATE.into(),
+                    image: String::new(),
+                    container: name.container(),
+                    workspace,
+                    stop_timeout: 0,
+                    init: Vec::new(),
+                    options: Default::default(),
+                    journal,
+                };
+                let how = Teardown { graceful: false, keep_branch: false, discard: false };
+                self.teardown(&record, how).await.map(|_| ())
+            }
+            (None, Some(j)) => self.remove_orphan_jj_workspace(name, &j),
+            (None, None) if holds_repo => return finding,
+            (None, None) => remove_created_dir(&dir, &self.home.workspaces_dir()).map_err(Error::other),
+        };
+        finding.error = result.err().map(|e| e.to_string());
+        finding
     }
 
     fn remove_orphan_jj_workspace(&self, name: &SandboxName, j: &JjWorkspace) -> Result<()> {
@@ -239,33 +262,5 @@ fn orphan_jj_workspace(dir: &Path) -> Option<JjWorkspace> {
         path: dir.to_path_buf(),
         workspace: format!("forage-{name}"),
         base: vec!["root()".into()],
-    })
-}
-
-/// A worktree forage made whose record is gone: its `.git` link names an admin
-/// entry `forage-*` in some repository.
-fn orphan_worktree(dir: &Path) -> Option<GitWorkspace> {
-    let link = std::fs::read_to_string(dir.join(".git")).ok()?;
-    let admin = PathBuf::from(link.trim().strip_prefix("gitdir:")?.trim());
-    let worktree_id = admin.file_name()?.to_str()?.to_owned();
-    if !worktree_id.starts_with("forage-") {
-        return None;
-    }
-    let common_dir = admin.parent()?.parent()?.to_path_buf();
-    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
-    let branch = head.trim().strip_prefix("ref: refs/heads/")?.to_owned();
-    let repo = if common_dir.file_name().is_some_and(|n| n == ".git") {
-        common_dir.parent()?.to_path_buf()
-    } else {
-        common_dir.clone()
-    };
-    Some(GitWorkspace {
-        repo,
-        common_dir,
-        path: dir.to_path_buf(),
-        branch,
-        worktree_id,
-        base: String::new(),
-        base_ref: None,
     })
 }

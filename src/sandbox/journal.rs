@@ -21,14 +21,18 @@ pub enum Step {
     GitWorktree,
     /// The jj workspace named in the record's workspace.
     JjWorkspace,
+    /// FORAGE_HOME/private/<name>: the agent's private repository.
+    PrivateRepo,
     /// A container named `name` (created, maybe started).
     Container { name: String },
 }
 
 /// How far an undo may go.
 pub struct UndoScope<'a> {
-    /// FORAGE_HOME/workspaces: the only place forage deletes directories.
+    /// FORAGE_HOME/workspaces and FORAGE_HOME/private: the only places forage
+    /// deletes directories (and a worktree's admin entry in its repository).
     pub workspaces_dir: &'a Path,
+    pub private_dir: &'a Path,
     /// `down --keep-branch`: leave the branch where it is.
     pub keep_branch: bool,
 }
@@ -39,6 +43,7 @@ impl Step {
             (Step::Container { name }, _) => runtime.remove(name).await,
             (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => g.remove_worktree(scope.workspaces_dir),
             (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => j.remove(scope.workspaces_dir),
+            (Step::PrivateRepo, WorkspaceRecord::GitWorktree(g)) => g.remove_private(scope.private_dir),
             (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {
                 if scope.keep_branch {
                     Ok(())

@@ -34,7 +34,7 @@ impl<R: Runtime> Engine<'_, R> {
         let _repo = self.home.lock_repo(&entry.common_dir)?;
         match entry.mode {
             Mode::Jj => crate::workspace::jj::restore_bookmark(&entry.repo, &entry.commit, branch),
-            _ => git::restore_branch(&entry.common_dir, &entry.refname, branch),
+            _ => git::restore_branch(&entry.common_dir, &entry.commit, branch),
         }
     }
 

@@ -9,6 +9,7 @@ mod lifecycle;
 mod plan;
 mod query;
 mod reset;
+mod sync;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +27,7 @@ use crate::names::SandboxName;
 use crate::progress::Progress;
 use crate::runtime::{ContainerSpec, Identity, Runtime};
 use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
-use crate::workspace::git::Archived;
+use crate::workspace::git::{ArchiveOutcome, Archived, NotArchived};
 use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
 use journal::{Step, UndoScope};
 use plan::{container_spec, extra_mounts, image_source, limits, secret_env};
@@ -157,6 +158,16 @@ impl<R: Runtime> Engine<'_, R> {
             self.begin(record, Step::GitWorktree)?;
             g.add_worktree()?;
             self.checkpoint("git-worktree").await?;
+            self.step("making the agent's private repository");
+            self.begin(record, Step::PrivateRepo)?;
+            if let Err(e) = self.home.create_private_dir(&record.name, &record.workspace) {
+                // A directory that could not be made is not ours to delete.
+                record.journal.pop();
+                self.home.save(record)?;
+                return Err(e);
+            }
+            g.create_private()?;
+            self.checkpoint("private-repo").await?;
         }
         if let WorkspaceRecord::Jj(j) = record.workspace.clone() {
             let _repo = self.home.lock_repo(&j.repo_dir)?;
@@ -269,11 +280,13 @@ impl<R: Runtime> Engine<'_, R> {
     /// undone in reverse, then the record. Every part tolerates being half done,
     /// and each step undone leaves the journal (saved), so a teardown cut short
     /// and run again does only what is left.
-    async fn teardown(&self, record: &Record, how: Teardown) -> Result<Option<Archived>> {
+    async fn teardown(&self, record: &Record, how: Teardown) -> Result<ArchiveOutcome> {
         let mut left = record.clone();
         // The container goes first, so nothing writes to the workspace any more.
         // Only a container this sandbox's journal says it created is touched.
-        let scope = UndoScope { workspaces_dir: &self.home.workspaces_dir(), keep_branch: how.keep_branch };
+        let (workspaces_dir, private_dir) = (self.home.workspaces_dir(), self.home.private_dir());
+        let scope =
+            UndoScope { workspaces_dir: &workspaces_dir, private_dir: &private_dir, keep_branch: how.keep_branch };
         let (containers, workspace_steps): (Vec<&Step>, Vec<&Step>) =
             record.journal.iter().partition(|s| matches!(s, Step::Container { .. }));
         if how.graceful && !containers.is_empty() {
@@ -300,37 +313,36 @@ impl<R: Runtime> Engine<'_, R> {
             }
             _ => None,
         };
-        let archived = match archive {
-            Some((repo, common_dir, branch)) if !how.discard => {
-                self.step("archiving the agent's work");
-                let result = match &record.workspace {
-                    WorkspaceRecord::GitWorktree(g) => g.archive(&record.name, &timestamp()),
-                    WorkspaceRecord::Jj(j) => j.archive(&record.name, &timestamp()),
-                    WorkspaceRecord::Direct { .. } => Ok(None),
-                };
-                let archived = result.map_err(|e| {
-                    Error::WouldLoseData(format!(
-                        "could not archive the work of sandbox {} ({e}); nothing was deleted: fix the cause and retry, or throw the work away with `forage-ctl down --discard {}`",
-                        record.name, record.name
-                    ))
+        let mut outcome = ArchiveOutcome::default();
+        if let (Some((repo, common_dir, branch)), false) = (archive, how.discard) {
+            self.step("archiving the agent's work");
+            let result = match &record.workspace {
+                WorkspaceRecord::GitWorktree(g) => g.archive(&record.name, &timestamp()),
+                WorkspaceRecord::Jj(j) => j
+                    .archive(&record.name, &timestamp())
+                    .map(|a| ArchiveOutcome { archived: a.into_iter().collect(), not_archived: Vec::new() }),
+                WorkspaceRecord::Direct { .. } => Ok(ArchiveOutcome::default()),
+            };
+            outcome = result.map_err(|e| {
+                Error::WouldLoseData(format!(
+                    "could not archive the work of sandbox {} ({e}); nothing was deleted: fix the cause and retry, or throw the work away with `forage-ctl down --discard {}`",
+                    record.name, record.name
+                ))
+            })?;
+            for a in &outcome.archived {
+                self.home.add_archive(&ArchiveEntry {
+                    name: record.name.clone(),
+                    mode: record.workspace.mode(),
+                    refname: a.refname.clone(),
+                    commit: a.commit.clone(),
+                    repo: repo.clone(),
+                    common_dir: common_dir.clone(),
+                    branch: branch.clone(),
+                    template: record.template.clone(),
+                    archived_at: now(),
                 })?;
-                if let Some(a) = &archived {
-                    self.home.add_archive(&ArchiveEntry {
-                        name: record.name.clone(),
-                        mode: record.workspace.mode(),
-                        refname: a.refname.clone(),
-                        commit: a.commit.clone(),
-                        repo,
-                        common_dir,
-                        branch,
-                        template: record.template.clone(),
-                        archived_at: now(),
-                    })?;
-                }
-                archived
             }
-            _ => None,
-        };
+        }
         kill_point("archived");
         for step in workspace_steps.into_iter().rev() {
             step.undo(record, self.runtime, &scope).await?;
@@ -338,7 +350,7 @@ impl<R: Runtime> Engine<'_, R> {
         }
         kill_point("removed-workspace");
         self.home.remove(&record.name)?;
-        Ok(archived)
+        Ok(outcome)
     }
 
     /// Drops an undone step from the journal on disk.
@@ -367,6 +379,8 @@ impl<R: Runtime> Engine<'_, R> {
                         branch: None,
                         kept_branch: false,
                         archived: None,
+                        archived_elsewhere: Vec::new(),
+                        not_archived: Vec::new(),
                     })
                 }
                 None => Err(not_found(name)),
@@ -377,7 +391,12 @@ impl<R: Runtime> Engine<'_, R> {
 
         self.step(&format!("stopping container {}", record.container));
         let how = Teardown { graceful: true, keep_branch: opts.keep_branch, discard: opts.discard };
-        let archived = self.teardown(&record, how).await?;
+        let ArchiveOutcome { archived: mut archived_elsewhere, not_archived } = self.teardown(&record, how).await?;
+        // The branch's own archive comes last; the others hold work found elsewhere.
+        let archived = match archived_elsewhere.last() {
+            Some(a) if a.source.is_none() => archived_elsewhere.pop(),
+            _ => None,
+        };
         self.progress.finish();
         drop(lock);
         Ok(DownReport {
@@ -388,6 +407,8 @@ impl<R: Runtime> Engine<'_, R> {
             branch: record.workspace.branch().map(str::to_owned),
             kept_branch: opts.keep_branch && record.workspace.mode() == Mode::GitWorktree,
             archived,
+            archived_elsewhere,
+            not_archived,
         })
     }
 }
@@ -444,5 +465,11 @@ pub struct DownReport {
     pub workspace: Option<String>,
     pub branch: Option<String>,
     pub kept_branch: bool,
+    /// The archive of the sandbox's branch (or jj work).
     pub archived: Option<Archived>,
+    /// git: work the agent committed outside its branch (a detached HEAD, other
+    /// branches, stashes), each archived under its own ref.
+    pub archived_elsewhere: Vec<Archived>,
+    /// Work that could not be kept (commits the import refused, FIFOs), and why.
+    pub not_archived: Vec<NotArchived>,
 }

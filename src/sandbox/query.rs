@@ -57,6 +57,12 @@ impl<R: Runtime> Engine<'_, R> {
 
     pub async fn status(&self, name: &SandboxName) -> Result<SandboxStatus> {
         let record = self.record(name)?;
+        // Synced first, so the branch shows the agent's latest commits; skipped
+        // while another command (an `up` or `down`) holds the sandbox.
+        let mut sync = None;
+        if let (WorkspaceRecord::GitWorktree(_), Some(_lock)) = (&record.workspace, self.home.try_lock_sandbox(name)?) {
+            sync = Some(self.sync_record(&record).map_err(|e| e.to_string()));
+        }
         let git = match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => {
                 let (ahead, behind) = g.ahead_behind()?.unwrap_or((0, 0));
@@ -82,7 +88,12 @@ impl<R: Runtime> Engine<'_, R> {
         let container = self.runtime.inspect(&record.container).await?;
         let state = container.as_ref().map(|c| c.state.as_str());
         let status = self.status_word(&record, state)?;
-        Ok(SandboxStatus { git, row: SandboxRow::new(&record, status), record, container })
+        let (sync, sync_error) = match sync {
+            Some(Ok(report)) => (Some(report), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        };
+        Ok(SandboxStatus { git, sync, sync_error, row: SandboxRow::new(&record, status), record, container })
     }
 
     /// The record of an existing sandbox, or a not-found error naming it.
@@ -139,6 +150,12 @@ impl SandboxRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxStatus {
     pub git: Option<GitStatus>,
+    /// git: what the `sync` that `status` ran first did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync: Option<crate::workspace::git::SyncReport>,
+    /// Why that sync failed (the branch then shows what the host had before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_error: Option<String>,
     #[serde(flatten)]
     pub row: SandboxRow,
     pub record: Record,

@@ -9,6 +9,7 @@ use crate::names::SandboxName;
 use crate::runtime::Runtime;
 use crate::store::{Record, RecordState};
 use crate::template;
+use crate::workspace::WorkspaceRecord;
 
 impl<R: Runtime> Engine<'_, R> {
     /// Replaces the sandbox's container. Everything that can be refused (the
@@ -29,6 +30,13 @@ impl<R: Runtime> Engine<'_, R> {
             return Err(Error::Conflict(format!(
                 "sandbox {name} is half made or half removed, so there is nothing to reset; finish with `forage-ctl down {name}`"
             )));
+        }
+        if let WorkspaceRecord::GitWorktree(g) = &record.workspace {
+            if g.private.is_none() {
+                return Err(Error::Conflict(format!(
+                    "sandbox {name} was made by an older forage, whose git sandboxes shared the host's git directory with the agent; `forage-ctl down {name}` keeps its work, and `forage-ctl restore {name} --up` makes a new, isolated sandbox on it"
+                )));
+            }
         }
         let template = &resolve(&record.template)?;
         let options = &record.options;

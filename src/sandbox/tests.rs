@@ -129,8 +129,9 @@ fn down_removes_the_container_before_it_touches_the_worktree() {
     let home = dir.path().join("home");
     let name = SandboxName::parse("c").unwrap();
     let worktree = home.join("workspaces/c");
-    let ws =
-        WorkspaceRequest::GitWorktree(GitRequest::validate(&repo_dir, None, None, &name, worktree.clone()).unwrap());
+    let private = home.join("private/c");
+    let git = GitRequest::validate(&repo_dir, None, None, &name, worktree.clone(), private.clone()).unwrap();
+    let ws = WorkspaceRequest::GitWorktree(git);
     let runtime = FakeRuntime { workspace_must_exist: Some(worktree.clone()), ..Default::default() };
     let eng = engine(&home, &runtime);
     block_on(eng.up(request("c", ws))).unwrap();
@@ -140,6 +141,7 @@ fn down_removes_the_container_before_it_touches_the_worktree() {
     assert!(report.archived.is_none(), "nothing to archive");
     assert_eq!(runtime.calls()[3..], ["stop forage-c", "remove forage-c"]);
     assert!(!worktree.exists(), "the worktree goes once the container is gone");
+    assert!(!private.exists(), "and so does the private repository");
     assert!(repo.find_branch("forage-c", git2::BranchType::Local).is_err());
 }
 

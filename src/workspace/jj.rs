@@ -12,7 +12,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::git::{ensure_hooks_dir, git_dir_mounts, Archived};
+use super::git::Archived;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
@@ -267,6 +267,7 @@ impl JjWorkspace {
             commit: commit.trim().to_owned(),
             commits: count,
             dirty_files: Vec::new(),
+            source: None,
         }))
     }
 
@@ -318,6 +319,32 @@ pub fn restore_bookmark(repo: &Path, commit: &str, name: &str) -> Result<()> {
         )));
     }
     jj(None, &["-R", repo, "bookmark", "create", name, "-r", commit]).map(|_| ())
+}
+
+/// A git directory mounted at `target` inside the container, writable (commits
+/// need objects/, refs/, logs/ and lock files beside packed-refs), with read-only
+/// binds over everything through which code could later run on the host (config,
+/// config.worktree, hooks) and everything that belongs to other checkouts (the
+/// main HEAD and index, the worktrees' admin entries). A read-only bind cannot be
+/// replaced either: git's lockfile-and-rename fails on a mount point.
+pub fn git_dir_mounts(host: &Path, target: &Path, read_only: bool) -> Vec<Mount> {
+    let mut mounts = vec![Mount { source: host.to_path_buf(), target: target.display().to_string(), read_only }];
+    for guarded in ["config", "config.worktree", "hooks", "HEAD", "index", "worktrees"] {
+        let source = host.join(guarded);
+        if source.exists() {
+            mounts.push(Mount { source, target: target.join(guarded).display().to_string(), read_only: true });
+        }
+    }
+    mounts
+}
+
+/// An empty hooks/ where a repository has none, so that an agent cannot create it.
+pub fn ensure_hooks_dir(git_dir: &Path) -> Result<()> {
+    let hooks = git_dir.join("hooks");
+    if !hooks.exists() {
+        std::fs::create_dir(&hooks).map_err(ws_err)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

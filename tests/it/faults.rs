@@ -11,7 +11,8 @@ use crate::support::*;
 /// Steps of `up` after which the fault hooks fire, per workspace mode.
 /// (`init` fires with or without init commands; after `ready` the sandbox is whole.)
 const DIRECT_STEPS: &[&str] = &["record", "container", "start", "init", "ready"];
-const GIT_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "container", "start", "init", "ready"];
+const GIT_STEPS: &[&str] =
+    &["record", "git-branch", "git-worktree", "private-repo", "container", "start", "init", "ready"];
 const JJ_STEPS: &[&str] = &["record", "jj-workspace", "container", "start", "init", "ready"];
 
 /// A jj repository's workspaces and bookmarks.

@@ -62,8 +62,12 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
     let out = sh(&env, "agent", "cd /workspace && git status --short --branch && echo committed > committed.txt && git add committed.txt && git commit -qm 'agent work' && git log --format=%s -1 && git diff --stat HEAD~1");
     assert!(out.contains("## forage-agent") && out.contains("agent work") && out.contains("committed.txt"), "{out}");
     sh(&env, "agent", "cd /workspace && printf 'changed\\n' >> a.txt && printf 'new\\n' > untracked.txt && echo noise > debug.log && mkdir -p deep/er && printf 'nested\\n' > deep/er/n.txt");
-    // The commit is on the host's branch right away.
+    // The commit reaches the host's branch with `sync`, and only then.
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-agent"]), "initial\n");
+    let out = env.ok(&["sync", "agent"]);
+    assert!(out.contains("forage-agent moved to") && out.contains("1 new commit"), "{out}");
     assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-agent"]), "agent work\n");
+    assert!(env.ok(&["sync", "agent"]).contains("up to date"));
 
     let out = env.ok(&["down", "agent"]);
     assert!(
@@ -140,8 +144,9 @@ fn two_sandboxes_on_one_repository_do_not_disturb_each_other() {
         "cd /workspace && git status --short && git add . && git commit -qm two && git log --format=%s -1",
     );
     assert_eq!(out, "?? two.txt\ntwo\n");
-    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-g-two"]), "two\n");
+    // status syncs first.
     let status = env.json(&["status", "g-two", "--json"]);
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-g-two"]), "two\n");
     assert_eq!(status["git"]["ahead"], 1);
     assert_eq!(status["git"]["branch"], "forage-g-two");
     sh(&env, "g-two", "cd /workspace && echo dirty > dirty.txt");
@@ -185,26 +190,6 @@ fn eight_parallel_ups_on_one_repository_all_succeed() {
     env.ok(&["down", "--all"]);
     assert_eq!(repo_state(&repo), before);
     env.assert_nothing_left();
-}
-
-#[test]
-fn the_agent_cannot_write_the_repositorys_hooks_or_config() {
-    let env = Env::new();
-    let repo = repo(&env, "repo");
-    let config_before = std::fs::read(repo.join(".git/config")).unwrap();
-    env.ok(&["up", "box", "--git-worktree", repo.to_str().unwrap()]);
-    let g = repo.join(".git");
-    let script = format!(
-        "for f in hooks/pre-commit hooks/post-checkout config HEAD index worktrees/planted; do if echo 'touch /tmp/pwned' > '{g}/'$f 2>/dev/null; then echo WROTE $f; fi; done; \
-         mv '{g}/config' '{g}/config.old' 2>/dev/null && echo MOVED config; (echo 'gitdir: /tmp/evil' > /workspace/.git) 2>/dev/null && echo WROTE gitfile; rm -rf '{g}/hooks' 2>/dev/null; \
-         cd /workspace && git config core.hooksPath /tmp 2>/dev/null && echo SET hooksPath; git config --worktree core.fsmonitor x 2>/dev/null && echo SET fsmonitor; true",
-        g = g.display()
-    );
-    let out = sh(&env, "box", &script);
-    assert_eq!(out, "", "the agent changed the repository's code-running files");
-    assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config_before);
-    assert!(!g.join("hooks/pre-commit").exists() && g.join("hooks").is_dir());
-    env.ok(&["down", "box"]);
 }
 
 #[test]
@@ -272,6 +257,7 @@ fn a_bare_repository_works() {
     env.ok(&["up", "bare", "--git-worktree", bare.to_str().unwrap()]);
     let out = sh(&env, "bare", "cd /workspace && cat a.txt && echo b > b.txt && git add b.txt && git commit -qm bare-commit && git log --format=%s -1");
     assert_eq!(out, "original\nbare-commit\n");
+    env.ok(&["sync", "bare"]);
     assert_eq!(git(&bare, &["log", "--format=%s", "-1", "forage-bare"]), "bare-commit\n");
     env.ok(&["down", "bare"]);
     assert_eq!(archive_refs(&bare).len(), 1);

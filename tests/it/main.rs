@@ -11,6 +11,7 @@ mod engine;
 mod errors;
 mod faults;
 mod git;
+mod git_isolation;
 mod image;
 mod jj;
 mod reset;

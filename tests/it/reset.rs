@@ -57,11 +57,9 @@ fn reset_makes_a_new_container_from_the_edited_template_and_keeps_the_workspace_
     assert!(eventually(10, || ws.join("seen").exists()));
     assert_eq!(std::fs::read_to_string(ws.join("seen")).unwrap(), "one extra [tok-value] arg1\n");
 
-    // The agent's work: a commit and a file it has not committed.
-    std::fs::write(ws.join("work.txt"), "committed\n").unwrap();
-    git(&ws, &["add", "work.txt"]);
-    git(&ws, &["commit", "-qm", "agent work"]);
-    std::fs::write(ws.join("loose.txt"), "uncommitted\n").unwrap();
+    // The agent's work: a commit in its repository and a file it has not committed.
+    let script = "cd /workspace && echo committed > work.txt && git add work.txt && git commit -qm 'agent work' && echo uncommitted > loose.txt";
+    env.ok(&["exec", &name, "--", "sh", "-c", script]);
     std::fs::remove_file(ws.join("seen")).unwrap();
     let refs = git(&repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
     let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);

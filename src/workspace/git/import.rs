@@ -1,0 +1,267 @@
+//! Bringing the agent's commits from its private object store into the host
+//! repository: the one way anything the agent made reaches the host's git.
+//!
+//! The private store is the agent's to write, so it is never opened as a
+//! repository (that would honour its `alternates`, `commondir`, config). Its
+//! loose objects and packs are first *placed* (hard-linked, or copied) into a
+//! staging directory forage owns, checking that each is a regular file, and only
+//! that directory is read by libgit2. Every object read is then checked against
+//! its id, parsed by forage to find what it refers to, checked for tree entries
+//! git itself would refuse to check out, and written to the host's object store,
+//! children first, so that the host never holds an object whose parts are missing.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::path::Path;
+
+use git2::{ObjectType, Odb, Oid, Repository};
+
+use super::super::untrusted::{remove_created_dir, Dir, Kind};
+use crate::error::{Error, Result};
+
+fn err(e: impl std::fmt::Display) -> Error {
+    Error::Workspace(format!("importing the agent's commits: {e}"))
+}
+
+/// What one import brought over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imported {
+    pub objects: usize,
+    pub commits: usize,
+}
+
+/// Imports everything `tips` reach that the host lacks. `private_objects` is the
+/// agent's `objects/` directory; `staging` a path forage owns (removed again).
+pub fn import(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
+    let host_odb = host.odb().map_err(err)?;
+    if tips.iter().all(|t| host_odb.exists(*t)) {
+        return Ok(Imported::default());
+    }
+    let Some(objects) = private_objects else {
+        return Err(err(format!(
+            "{} is not in the host repository and the agent's repository has no objects",
+            tips[0]
+        )));
+    };
+    let owner = staging.parent().ok_or_else(|| err("staging has no parent"))?;
+    remove_created_dir(staging, owner).map_err(err)?;
+    std::fs::create_dir(staging).map_err(err)?;
+    let result = (|| {
+        let staged = stage(objects, &Dir::open(staging).map_err(err)?)?;
+        let odb = Odb::new().map_err(err)?;
+        let path = staging.to_str().ok_or_else(|| err("FORAGE_HOME is not UTF-8"))?;
+        if staged {
+            odb.add_disk_alternate(path).map_err(err)?;
+        }
+        copy_closure(&odb, &host_odb, tips)
+    })();
+    remove_created_dir(staging, owner).map_err(err)?;
+    result
+}
+
+/// Places the private loose objects and packs into `into`; false if there were none.
+fn stage(objects: &Dir, into: &Dir) -> Result<bool> {
+    let mut any = false;
+    for (name, kind) in objects.entries().map_err(err)? {
+        let Some(fan) = name.to_str().filter(|n| n.len() == 2 && is_hex(n)) else { continue };
+        if kind != Kind::Dir {
+            continue;
+        }
+        let Some(src) = objects.dir(fan).map_err(err)? else { continue };
+        let dst = into.make_dir(fan).map_err(err)?;
+        for (file, kind) in src.entries().map_err(err)? {
+            let ok = file.to_str().is_some_and(|f| f.len() == 38 && is_hex(f));
+            if ok && kind == Kind::File {
+                any |= src.place_into(&file, &dst, &file).map_err(err)?;
+            }
+        }
+    }
+    if let Some(src) = objects.dir("pack").map_err(err)? {
+        let dst = into.make_dir("pack").map_err(err)?;
+        for (file, kind) in src.entries().map_err(err)? {
+            let Some(stem) = file.to_str().and_then(|f| f.strip_suffix(".pack")) else { continue };
+            let idx = format!("{stem}.idx");
+            if kind != Kind::File || src.kind(&idx).map_err(err)? != Some(Kind::File) {
+                continue;
+            }
+            // The index first: a pack without its index is ignored by libgit2.
+            if src.place_into(OsStr::new(&idx), &dst, OsStr::new(&idx)).map_err(err)? {
+                any |= src.place_into(&file, &dst, &file).map_err(err)?;
+            }
+        }
+    }
+    Ok(any)
+}
+
+fn is_hex(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+enum Frame {
+    Visit(Oid),
+    Write(ObjectType, Vec<u8>, Oid),
+}
+
+/// Copies what `tips` reach from `from` to `to`, stopping at objects `to` has
+/// (whose closure it then has too), writing children before parents.
+fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid]) -> Result<Imported> {
+    let mut done: HashSet<Oid> = HashSet::new();
+    let mut imported = Imported::default();
+    let mut stack: Vec<Frame> = tips.iter().map(|t| Frame::Visit(*t)).collect();
+    while let Some(frame) = stack.pop() {
+        match frame {
+            Frame::Visit(id) => {
+                if done.contains(&id) || to.exists(id) {
+                    continue;
+                }
+                let object = from.read(id).map_err(|e| {
+                    err(match from.exists(id) {
+                        // libgit2 checks the id of what it reads, too.
+                        true => format!("object {id} in the agent's repository does not match its id (forged or corrupt: {}); nothing was imported", e.message()),
+                        false => format!("object {id} is in neither the agent's repository nor the host's; nothing was imported"),
+                    })
+                })?;
+                let (kind, data) = (object.kind(), object.data().to_vec());
+                drop(object);
+                if Oid::hash_object(kind, &data).map_err(err)? != id {
+                    return Err(err(format!(
+                        "object {id} in the agent's repository does not match its id (forged or corrupt); nothing was imported"
+                    )));
+                }
+                let children = references(kind, &data).map_err(|why| err(format!("object {id} refused: {why}")))?;
+                stack.push(Frame::Write(kind, data, id));
+                stack.extend(children.into_iter().map(Frame::Visit));
+            }
+            Frame::Write(kind, data, id) => {
+                if done.insert(id) {
+                    let written = to.write(kind, &data).map_err(err)?;
+                    debug_assert_eq!(written, id);
+                    imported.objects += 1;
+                    imported.commits += usize::from(kind == ObjectType::Commit);
+                }
+            }
+        }
+    }
+    Ok(imported)
+}
+
+/// The objects a commit, tree or tag refers to (a submodule's commit excepted),
+/// checking that it is well formed and that no tree entry is one git refuses.
+fn references(kind: ObjectType, data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
+    match kind {
+        ObjectType::Blob => Ok(Vec::new()),
+        ObjectType::Commit => {
+            let header = header_lines(data);
+            let mut out = Vec::new();
+            for (key, value) in header {
+                if key == "tree" || key == "parent" {
+                    out.push(hex_oid(value).ok_or_else(|| format!("bad {key} line"))?);
+                }
+            }
+            if header_lines(data).next().is_none_or(|(k, _)| k != "tree") {
+                return Err("a commit must start with its tree".into());
+            }
+            Ok(out)
+        }
+        ObjectType::Tag => {
+            let object = header_lines(data).find(|(k, _)| *k == "object").ok_or("a tag without an object")?;
+            Ok(vec![hex_oid(object.1).ok_or("bad object line")?])
+        }
+        ObjectType::Tree => tree_entries(data),
+        _ => Err("not a commit, tree, tag or blob".into()),
+    }
+}
+
+/// `key value` lines up to the first empty line.
+fn header_lines(data: &[u8]) -> impl Iterator<Item = (&str, &str)> {
+    data.split(|b| *b == b'\n')
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .filter_map(|l| l.split_once(' '))
+}
+
+fn hex_oid(s: &str) -> Option<Oid> {
+    super::refs::parse_oid(s)
+}
+
+fn tree_entries(mut data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let space = data.iter().position(|b| *b == b' ').ok_or("truncated tree entry")?;
+        let mode = std::str::from_utf8(&data[..space]).map_err(|_| "bad mode")?;
+        let rest = &data[space + 1..];
+        let nul = rest.iter().position(|b| *b == 0).ok_or("truncated tree entry")?;
+        let name = &rest[..nul];
+        let id = rest.get(nul + 1..nul + 21).ok_or("truncated tree entry")?;
+        let id = Oid::from_bytes(id).map_err(|e| e.to_string())?;
+        data = &rest[nul + 21..];
+        check_entry_name(name, mode)?;
+        match mode {
+            "40000" | "100644" | "100755" | "100664" | "120000" => out.push(id),
+            // A submodule's commit lives in another repository.
+            "160000" => {}
+            other => return Err(format!("unknown tree entry mode {other}")),
+        }
+    }
+    Ok(out)
+}
+
+/// The names git refuses to check out (`verify_path`): a tree that holds one is
+/// refused here already, so the host never stores it.
+fn check_entry_name(name: &[u8], mode: &str) -> std::result::Result<(), String> {
+    let shown = String::from_utf8_lossy(name);
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(format!("a tree entry named {shown:?}"));
+    }
+    // NTFS ignores trailing dots and spaces, and knows `.git` as `git~1`.
+    let trimmed = shown.trim_end_matches(['.', ' ']).to_ascii_lowercase();
+    if trimmed == ".git" || trimmed == "git~1" {
+        return Err(format!("a tree entry named {shown:?}, which would be a git directory"));
+    }
+    if mode == "120000" && trimmed == ".gitmodules" {
+        return Err("a .gitmodules that is a symlink".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(entries: &[(&str, &[u8], Oid)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (mode, name, id) in entries {
+            out.extend_from_slice(mode.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(name);
+            out.push(0);
+            out.extend_from_slice(id.as_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn trees_naming_a_git_directory_or_escaping_are_refused() {
+        let id = Oid::from_str("1111111111111111111111111111111111111111").unwrap();
+        let ok = tree(&[("100644", b"a.txt", id), ("40000", b"dir", id), ("160000", b"sub", id)]);
+        assert_eq!(references(ObjectType::Tree, &ok).unwrap(), vec![id, id]);
+        for bad in [&b".git"[..], b".GIT", b".git.", b"git~1", b"..", b"a/b", b""] {
+            let t = tree(&[("40000", bad, id)]);
+            assert!(references(ObjectType::Tree, &t).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(references(ObjectType::Tree, &tree(&[("120000", b".gitmodules", id)])).is_err());
+        assert!(references(ObjectType::Tree, &ok[..ok.len() - 3]).is_err(), "truncated");
+    }
+
+    #[test]
+    fn commits_and_tags_name_what_they_refer_to() {
+        let t = "1111111111111111111111111111111111111111";
+        let p = "2222222222222222222222222222222222222222";
+        let commit = format!("tree {t}\nparent {p}\nauthor a <a> 1 +0000\n\nmessage\nparent {t}\n");
+        let refs = references(ObjectType::Commit, commit.as_bytes()).unwrap();
+        assert_eq!(refs, vec![Oid::from_str(t).unwrap(), Oid::from_str(p).unwrap()]);
+        assert!(references(ObjectType::Commit, format!("parent {p}\ntree {t}\n\n").as_bytes()).is_err());
+        let tag = format!("object {p}\ntype commit\ntag v1\n\nmsg");
+        assert_eq!(references(ObjectType::Tag, tag.as_bytes()).unwrap(), vec![Oid::from_str(p).unwrap()]);
+    }
+}

@@ -1,0 +1,691 @@
+//! `--git-worktree REPO`: the agent works in a private repository of its own, and
+//! forage alone brings its commits to the host (SPEC §3a).
+//!
+//! On the host, the sandbox is a linked worktree of REPO on a new branch
+//! `forage-<name>` under FORAGE_HOME/workspaces/<name>, so `git worktree list`,
+//! `git log forage-NAME` and `git status` there work as usual and read only the
+//! host's own config. Inside the container, `/workspace/.git` is a read-only link
+//! to the private git directory (`private.rs`), which borrows the host's objects
+//! read-only; no other part of the host's git directory is visible. `sync`
+//! (`import.rs`) verifies and imports the agent's new objects and moves
+//! `refs/heads/forage-<name>`, and nothing else.
+//!
+//! All repository changes go through git2, under the per-repository lock the
+//! caller holds. forage only ever touches the branch and the worktree it created,
+//! and never prunes other worktrees.
+
+mod import;
+pub mod private;
+mod refs;
+mod worktree_files;
+
+use std::path::{Path, PathBuf};
+
+use git2::{BranchType, ErrorCode, Oid, Repository, Signature};
+use serde::{Deserialize, Serialize};
+
+use super::untrusted::{remove_created_dir, Dir};
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::runtime::{Mount, WORKSPACE_TARGET};
+use private::PrivateRepo;
+use refs::{Head, PrivateRefs};
+
+/// Where archived work is kept: `refs/forage/archive/<name>/<timestamp>`.
+pub const ARCHIVE_PREFIX: &str = "refs/forage/archive";
+
+fn ws_err(e: impl std::fmt::Display) -> Error {
+    Error::Workspace(e.to_string())
+}
+
+/// A git-worktree sandbox as its record remembers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GitWorkspace {
+    /// The repository: its top-level directory, or the bare repository itself.
+    pub repo: PathBuf,
+    /// The repository's git directory shared by all worktrees (`.git`).
+    pub common_dir: PathBuf,
+    /// The worktree, under FORAGE_HOME/workspaces.
+    pub path: PathBuf,
+    pub branch: String,
+    /// The worktree's id under `<common_dir>/worktrees/`.
+    pub worktree_id: String,
+    /// The commit the branch started from.
+    pub base: String,
+    /// The branch HEAD was on when the sandbox was made, if any.
+    pub base_ref: Option<String>,
+    /// FORAGE_HOME/private/<name>: the agent's private repository. `None` in
+    /// records of sandboxes made before forage gave agents one.
+    #[serde(default)]
+    pub private: Option<PathBuf>,
+}
+
+/// Validated input for a new git-worktree sandbox; nothing is created yet.
+#[derive(Debug, Clone)]
+pub struct GitRequest {
+    pub workspace: GitWorkspace,
+}
+
+impl GitRequest {
+    /// Checks the repository, the base revision and the branch name. `raw` may be
+    /// any directory inside the repository: forage uses the repository around it.
+    pub fn validate(
+        raw: &Path,
+        base: Option<&str>,
+        branch: Option<&str>,
+        name: &SandboxName,
+        worktree_path: PathBuf,
+        private_dir: PathBuf,
+    ) -> Result<Self> {
+        let shown = raw.display();
+        if !raw.exists() {
+            return Err(ws_err(format!("repository path {shown:?} does not exist; pass the path of a git repository")));
+        }
+        super::ensure_readable(raw)?;
+        let repo = Repository::discover(raw).map_err(|_| {
+            ws_err(format!(
+                "{shown:?} is not inside a git repository; run `git init` there first, or mount it as it is with --workspace"
+            ))
+        })?;
+        let top = match repo.workdir() {
+            Some(w) => w.to_path_buf(),
+            None => repo.path().to_path_buf(),
+        };
+        let top = top.canonicalize().map_err(ws_err)?;
+        if repo.is_shallow() {
+            return Err(ws_err(format!(
+                "{} is a shallow clone; forage needs the whole history to check the agent's commits (`git -C {:?} fetch --unshallow`)",
+                top.display(),
+                top
+            )));
+        }
+        let common_dir = repo.commondir().canonicalize().map_err(ws_err)?;
+
+        let (base_commit, base_ref) = match base {
+            Some(rev) => {
+                let obj = repo.revparse_single(rev).map_err(|_| {
+                    ws_err(format!(
+                        "--base {rev:?} names no commit in {}; pass a branch, tag or commit id",
+                        top.display()
+                    ))
+                })?;
+                let commit = obj.peel_to_commit().map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
+                let full = repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().map(str::to_owned));
+                (commit, full.filter(|n| n.starts_with("refs/heads/")))
+            }
+            None => {
+                let head = repo.head().map_err(|e| match e.code() {
+                    ErrorCode::UnbornBranch | ErrorCode::NotFound => ws_err(format!(
+                        "repository {} has no commits yet; make a first commit (`git -C {:?} commit --allow-empty -m init`) or pass --base",
+                        top.display(),
+                        top
+                    )),
+                    _ => ws_err(format!("cannot read HEAD of {}: {e}", top.display())),
+                })?;
+                let commit = head.peel_to_commit().map_err(ws_err)?;
+                let name = head.is_branch().then(|| head.name().map(str::to_owned)).flatten();
+                (commit, name)
+            }
+        };
+
+        let given_branch = branch.is_some();
+        let branch = branch.map(str::to_owned).unwrap_or_else(|| name.branch());
+        if !git2::Branch::name_is_valid(&branch).unwrap_or(false) {
+            return Err(Error::Usage(match given_branch {
+                true => format!("--branch {branch:?} is not a valid git branch name"),
+                false => format!(
+                    "sandbox name {name:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch"
+                ),
+            }));
+        }
+        if repo.find_branch(&branch, BranchType::Local).is_ok() {
+            return Err(Error::Conflict(format!(
+                "branch {branch:?} already exists in {}; pass --branch with another name, or delete it first (`git -C {:?} branch -D {branch}`) if nothing on it is needed",
+                top.display(),
+                top
+            )));
+        }
+        let worktree_id = name.branch();
+        if common_dir.join("worktrees").join(&worktree_id).exists() {
+            return Err(Error::Conflict(format!(
+                "{} already has a worktree named {worktree_id}, made by a sandbox of this name in another FORAGE_HOME or left over; `git -C {:?} worktree list` shows where it is checked out: remove it only once nothing there is needed, or pick another sandbox name",
+                top.display(),
+                top
+            )));
+        }
+        super::ensure_workspace_dir_free(&worktree_path, name)?;
+        super::ensure_workspace_dir_free(&private_dir, name)?;
+        Ok(GitRequest {
+            workspace: GitWorkspace {
+                repo: top,
+                common_dir,
+                path: worktree_path,
+                branch,
+                worktree_id,
+                base: base_commit.id().to_string(),
+                base_ref,
+                private: Some(private_dir),
+            },
+        })
+    }
+}
+
+/// How the agent's branch fared in a sync.
+enum BranchSync {
+    /// Brought over, or nothing to bring.
+    Done,
+    /// The agent's tip, left alone: the host's branch moved too.
+    Diverged(Oid),
+    /// The import refused the agent's commits; why.
+    Refused(String),
+}
+
+/// What an archive kept, and what it could not.
+#[derive(Debug, Clone, Default)]
+pub struct ArchiveOutcome {
+    /// The archives made, the sandbox branch's last.
+    pub archived: Vec<Archived>,
+    pub not_archived: Vec<NotArchived>,
+}
+
+/// Work `down` could not keep, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NotArchived {
+    /// What it was: "branch NAME", "stash@{0}", a path in the worktree.
+    pub source: String,
+    pub why: String,
+}
+
+/// What a `sync` did.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SyncReport {
+    pub branch: String,
+    /// The branch's tip on the host before and after.
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// Commits now on the host's branch that were not before.
+    pub new_commits: usize,
+    /// Objects copied from the agent's repository into the host's.
+    pub imported_objects: usize,
+    /// Set when the agent's HEAD is not on the sandbox's branch, saying where it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_head: Option<String>,
+}
+
+impl GitWorkspace {
+    fn open(&self) -> Result<Repository> {
+        Repository::open(&self.common_dir).map_err(|e| ws_err(format!("opening {}: {e}", self.repo.display())))
+    }
+
+    /// Creates the branch at the base commit. Fails (changing nothing) if it exists.
+    pub fn create_branch(&self) -> Result<()> {
+        let repo = self.open()?;
+        let base = repo.find_commit(Oid::from_str(&self.base).map_err(ws_err)?).map_err(ws_err)?;
+        repo.branch(&self.branch, &base, false)
+            .map_err(|e| ws_err(format!("creating branch {} in {}: {e}", self.branch, self.repo.display())))?;
+        Ok(())
+    }
+
+    /// Adds the host's worktree on the branch and checks it out: the host's view
+    /// of the sandbox, and the files the agent starts from.
+    pub fn add_worktree(&self) -> Result<()> {
+        let repo = self.open()?;
+        if let Some(parent) = self.path.parent() {
+            std::fs::create_dir_all(parent).map_err(ws_err)?;
+        }
+        let branch = repo.find_branch(&self.branch, BranchType::Local).map_err(ws_err)?;
+        let reference = branch.into_reference();
+        let mut opts = git2::WorktreeAddOptions::new();
+        opts.reference(Some(&reference));
+        repo.worktree(&self.worktree_id, &self.path, Some(&opts))
+            .map_err(|e| ws_err(format!("adding worktree {} of {}: {e}", self.path.display(), self.repo.display())))?;
+        Ok(())
+    }
+
+    /// `<common_dir>/worktrees/<id>`: the host worktree's own HEAD, index and logs.
+    fn admin_dir(&self) -> PathBuf {
+        self.common_dir.join("worktrees").join(&self.worktree_id)
+    }
+
+    fn private_repo(&self) -> Option<PrivateRepo<'_>> {
+        self.private.as_deref().map(|dir| PrivateRepo { dir })
+    }
+
+    /// Makes the agent's private repository, on the branch at the base commit,
+    /// with the index of the host's fresh checkout.
+    pub fn create_private(&self) -> Result<()> {
+        let Some(private) = self.private_repo() else { return Ok(()) };
+        let repo = self.open()?;
+        let base = Oid::from_str(&self.base).map_err(ws_err)?;
+        private.create(&repo, &self.admin_dir().join("index"), &self.branch, base)
+    }
+
+    /// The mounts that make /workspace a git checkout of the private repository.
+    /// A sandbox made before private repositories gets its worktree alone.
+    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
+        let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
+        if let (Some(private), Ok(repo)) = (self.private_repo(), self.open()) {
+            mounts.extend(private.mounts(&repo, read_only));
+        }
+        mounts
+    }
+
+    /// The host's view of the worktree, opened only once its `.git` link is seen
+    /// to be the one git2 wrote (it is never visible inside the container).
+    fn view(&self) -> Result<Option<Repository>> {
+        let link = match std::fs::read_to_string(self.path.join(".git")) {
+            Ok(link) => link,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ws_err(format!("reading {}: {e}", self.path.join(".git").display()))),
+        };
+        let points_to = link.trim().strip_prefix("gitdir:").map(|p| PathBuf::from(p.trim()));
+        let admin = self.admin_dir();
+        if points_to.as_deref().and_then(|p| p.canonicalize().ok()) != admin.canonicalize().ok() {
+            return Err(ws_err(format!("{} does not link to {}", self.path.join(".git").display(), admin.display())));
+        }
+        Repository::open(&self.path).map(Some).map_err(ws_err)
+    }
+
+    /// Removes the host's worktree: its admin entry in the repository and its
+    /// directory, each only where the record says forage made it.
+    pub fn remove_worktree(&self, workspaces_dir: &Path) -> Result<()> {
+        let admin_parent = self.common_dir.join("worktrees");
+        if admin_parent.exists() {
+            remove_created_dir(&self.admin_dir(), &admin_parent).map_err(ws_err)?;
+        }
+        remove_created_dir(&self.path, workspaces_dir).map_err(ws_err)
+    }
+
+    /// Removes the private repository (only under `private_root`).
+    pub fn remove_private(&self, private_root: &Path) -> Result<()> {
+        match &self.private {
+            Some(dir) => remove_created_dir(dir, private_root).map_err(ws_err),
+            None => Ok(()),
+        }
+    }
+
+    pub fn delete_branch(&self) -> Result<()> {
+        let repo = self.open()?;
+        let found = repo.find_branch(&self.branch, BranchType::Local);
+        match found {
+            Ok(mut b) => b.delete().map_err(|e| ws_err(format!("deleting branch {}: {e}", self.branch))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The agent's refs, or `None` when there is no private repository (yet).
+    fn private_refs(&self) -> Result<Option<(PrivateRepo<'_>, Dir, PrivateRefs)>> {
+        let Some(private) = self.private_repo() else { return Ok(None) };
+        let git = match Dir::open(&private.git_dir()) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ws_err(format!("opening {}: {e}", private.git_dir().display()))),
+        };
+        let refs = PrivateRefs::read(&git)?;
+        Ok(Some((private, git, refs)))
+    }
+
+    /// Imports the commits `tips` reach into the host repository (verified).
+    fn import(
+        &self,
+        repo: &Repository,
+        private: &PrivateRepo<'_>,
+        git: &Dir,
+        tips: &[Oid],
+    ) -> Result<import::Imported> {
+        let objects = git.dir("objects").map_err(ws_err)?;
+        let imported = import::import(repo, objects.as_ref(), &private.staging(), tips)?;
+        for tip in tips {
+            repo.find_commit(*tip).map_err(|_| ws_err(format!("the agent's ref target {tip} is not a commit")))?;
+        }
+        Ok(imported)
+    }
+
+    /// Brings the agent's branch to the host: imports its new commits (each
+    /// object verified) and moves `refs/heads/<branch>`, and nothing else, to
+    /// its tip; keeps the host worktree's index on that tip; and refreshes the
+    /// agent's view of the host's branches.
+    ///
+    /// Only a branch the agent moved since the last sync is brought over, and
+    /// only onto a host branch nobody moved meanwhile (or one the agent's tip
+    /// descends from): commits made on the host's side of the branch are never
+    /// dropped. When both moved, nothing moves and the error says so; `down`
+    /// then archives both.
+    pub fn sync(&self) -> Result<SyncReport> {
+        let (report, outcome) = self.sync_branch()?;
+        match outcome {
+            BranchSync::Done => Ok(report),
+            BranchSync::Refused(why) => Err(Error::Workspace(why)),
+            BranchSync::Diverged(agent_tip) => Err(Error::Conflict(format!(
+                "branch {} was changed in {} since the last sync, and the agent committed too ({}); nothing was moved: merge or reset one side (`git -C {:?} log {}` shows the host's), or `forage-ctl down` archives both",
+                self.branch,
+                self.repo.display(),
+                &agent_tip.to_string()[..12],
+                self.repo,
+                self.branch
+            ))),
+        }
+    }
+
+    /// `sync`, saying why the agent's branch was not brought over (rather than
+    /// failing) when that is the agent's doing: its objects were refused, or it
+    /// and the host's branch both moved.
+    fn sync_branch(&self) -> Result<(SyncReport, BranchSync)> {
+        let repo = self.open()?;
+        let before = self.tip(&repo);
+        let mut report = SyncReport {
+            branch: self.branch.clone(),
+            before: before.map(|o| o.to_string()),
+            after: before.map(|o| o.to_string()),
+            new_commits: 0,
+            imported_objects: 0,
+            agent_head: None,
+        };
+        let Some((private, git, refs)) = self.private_refs()? else { return Ok((report, BranchSync::Done)) };
+        report.agent_head = match &refs.head {
+            Head::Branch(b) if *b == self.branch => None,
+            Head::Branch(b) => Some(format!("on branch {b}")),
+            Head::Detached(id) => Some(format!("detached at {}", &id.to_string()[..12])),
+            Head::Unknown => Some("unreadable".into()),
+        };
+        let last = private.last_synced().or_else(|| Oid::from_str(&self.base).ok());
+        let mut outcome = BranchSync::Done;
+        if let Some(tip) = refs.branches.get(&self.branch).copied().filter(|t| Some(*t) != last) {
+            report.imported_objects = match self.import(&repo, &private, &git, &[tip]) {
+                Ok(imported) => imported.objects,
+                Err(e) => {
+                    private.refresh_remotes(&repo)?;
+                    return Ok((report, BranchSync::Refused(e.to_string())));
+                }
+            };
+            let host_unmoved = before.is_none() || before == last || before == Some(tip);
+            let fast_forward = || before.is_some_and(|b| repo.graph_descendant_of(tip, b).unwrap_or(false));
+            if host_unmoved || fast_forward() {
+                if before != Some(tip) {
+                    let name = format!("refs/heads/{}", self.branch);
+                    let message = "forage: sync from the sandbox's repository";
+                    match before {
+                        Some(old) => repo.reference_matching(&name, tip, true, old, message),
+                        None => repo.reference(&name, tip, false, message),
+                    }
+                    .map_err(|e| ws_err(format!("moving {name} (did it change on the host meanwhile?): {e}")))?;
+                    report.after = Some(tip.to_string());
+                    report.new_commits = count_new(&repo, tip, before)?;
+                    self.reset_view_index(&repo, tip)?;
+                }
+                private.set_last_synced(tip)?;
+            } else {
+                outcome = BranchSync::Diverged(tip);
+            }
+        }
+        private.refresh_remotes(&repo)?;
+        Ok((report, outcome))
+    }
+
+    /// Points the host worktree's index at `tip`'s tree (stat data kept for the
+    /// files that did not change), so that `git status` there shows the agent's
+    /// uncommitted work only.
+    fn reset_view_index(&self, repo: &Repository, tip: Oid) -> Result<()> {
+        let Some(view) = self.view()? else { return Ok(()) };
+        let tree = repo.find_commit(tip).and_then(|c| c.tree()).map_err(ws_err)?;
+        let mut index = view.index().map_err(ws_err)?;
+        index.read_tree(&tree).map_err(ws_err)?;
+        index.write().map_err(ws_err)
+    }
+
+    /// Refreshes the agent's view of the host's branches (after another
+    /// sandbox's sync moved one).
+    pub fn refresh_view_of_host(&self) -> Result<()> {
+        match self.private_repo() {
+            Some(private) if private.dir.join("remotes").is_dir() => private.refresh_remotes(&self.open()?),
+            _ => Ok(()),
+        }
+    }
+
+    /// Uncommitted work in the worktree, relative to the branch's tip on the
+    /// host: changed, added and removed files that are not ignored.
+    pub fn dirty_files(&self) -> Result<Vec<String>> {
+        let Some(view) = self.view()? else { return Ok(Vec::new()) };
+        let files = worktree_files::read(&view, &self.path, false)?;
+        let repo = self.open()?;
+        let tree = self.tip(&repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+        files.changed_since(&repo, tree.as_ref())
+    }
+
+    /// The branch's tip, if the branch still exists.
+    fn tip(&self, repo: &Repository) -> Option<Oid> {
+        repo.find_branch(&self.branch, BranchType::Local).ok()?.get().target()
+    }
+
+    /// Commits `tip` reaches that no local branch but `except` does, and that are
+    /// not behind `base`.
+    fn commits_on_no_branch(&self, repo: &Repository, tip: Oid, except: Option<&str>) -> Result<usize> {
+        let mut walk = repo.revwalk().map_err(ws_err)?;
+        walk.push(tip).map_err(ws_err)?;
+        if let Ok(base) = Oid::from_str(&self.base) {
+            let _ = walk.hide(base);
+        }
+        for b in repo.branches(Some(BranchType::Local)).map_err(ws_err)? {
+            let (b, _) = b.map_err(ws_err)?;
+            if except.is_none() || b.name().ok().flatten() != except {
+                if let Some(t) = b.get().target() {
+                    walk.hide(t).map_err(ws_err)?;
+                }
+            }
+        }
+        Ok(walk.count())
+    }
+
+    /// Commits on the branch since its base that no other branch contains.
+    pub fn unique_commits(&self) -> Result<usize> {
+        let repo = self.open()?;
+        match self.tip(&repo) {
+            Some(tip) => self.commits_on_no_branch(&repo, tip, Some(&self.branch)),
+            None => Ok(0),
+        }
+    }
+
+    /// Commits ahead of / behind the base (the base branch's current tip if there
+    /// was one, else the base commit).
+    pub fn ahead_behind(&self) -> Result<Option<(usize, usize)>> {
+        let repo = self.open()?;
+        let Some(tip) = self.tip(&repo) else {
+            return Ok(None);
+        };
+        let upstream = self
+            .base_ref
+            .as_deref()
+            .and_then(|r| repo.refname_to_id(r).ok())
+            .or_else(|| Oid::from_str(&self.base).ok());
+        match upstream {
+            Some(up) => repo.graph_ahead_behind(tip, up).map(Some).map_err(ws_err),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps all of the agent's work reachable before anything is deleted. First
+    /// a `sync`; then whatever the agent committed elsewhere in its repository (a
+    /// detached HEAD, other branches, stashes) and no host branch holds, each as
+    /// its own archive ref; last the sandbox's branch: a commit of the worktree's
+    /// uncommitted files on top of its tip, or the tip itself if it holds commits
+    /// found on no other branch. Returns the archives made, the branch's last.
+    ///
+    /// Commits the import refuses (a forged object, a tree git would not check
+    /// out) are listed as not archived, and the rest is still kept: the files of
+    /// the worktree always are, so an agent cannot make `down` lose them by
+    /// breaking its own repository.
+    pub fn archive(&self, name: &SandboxName, timestamp: &str) -> Result<ArchiveOutcome> {
+        let repo = self.open()?;
+        let mut out = ArchiveOutcome::default();
+        let (_, synced) = self.sync_branch()?;
+        if let Some((private, git, refs)) = self.private_refs()? {
+            let mut elsewhere: Vec<(String, String, Oid)> = Vec::new();
+            match synced {
+                BranchSync::Done => {}
+                BranchSync::Diverged(tip) => {
+                    elsewhere.push(("sandbox-branch".into(), format!("branch {} in the sandbox", self.branch), tip))
+                }
+                BranchSync::Refused(why) => out.not_archived.push(NotArchived {
+                    source: format!("commits on branch {} since the last sync", self.branch),
+                    why,
+                }),
+            }
+            if let Head::Detached(id) = refs.head {
+                elsewhere.push(("head".into(), "detached HEAD".into(), id));
+            }
+            for (b, id) in refs.branches.iter().filter(|(b, _)| **b != self.branch) {
+                elsewhere.push((format!("branch-{b}"), format!("branch {b}"), *id));
+            }
+            for (i, id) in refs.stash.iter().enumerate() {
+                elsewhere.push((format!("stash-{i}"), format!("stash@{{{i}}}"), *id));
+            }
+            for (slug, source, tip) in elsewhere {
+                if let Err(e) = self.import(&repo, &private, &git, &[tip]) {
+                    out.not_archived.push(NotArchived { source, why: e.to_string() });
+                    continue;
+                }
+                let commits = self.commits_on_no_branch(&repo, tip, None)?;
+                if commits > 0 {
+                    let refname =
+                        archive_ref(&repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{slug}"), tip, name)?;
+                    let commit = tip.to_string();
+                    out.archived.push(Archived {
+                        refname,
+                        commit,
+                        commits,
+                        dirty_files: Vec::new(),
+                        source: Some(source),
+                    });
+                }
+            }
+        }
+
+        let tip = self.tip(&repo);
+        let unique = self.unique_commits()?;
+        let (dirty, tree) = match self.view()? {
+            Some(view) => {
+                let files = worktree_files::read(&view, &self.path, true)?;
+                let parent_tree =
+                    tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+                let dirty = files.changed_since(&repo, parent_tree.as_ref())?;
+                let tree = if dirty.is_empty() { None } else { Some(files.write_tree(&repo)?) };
+                for path in files.skipped {
+                    out.not_archived.push(NotArchived { source: path, why: "not a file, symlink or directory".into() });
+                }
+                (dirty, tree)
+            }
+            None => (Vec::new(), None),
+        };
+        if tree.is_none() && unique == 0 {
+            return Ok(out);
+        }
+        let target = match tree {
+            Some(tree) => self.commit_files(&repo, tree, tip.or_else(|| Oid::from_str(&self.base).ok()), name)?,
+            None => tip.ok_or_else(|| ws_err("branch vanished while archiving"))?,
+        };
+        let refname = archive_ref(&repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"), target, name)?;
+        out.archived.push(Archived {
+            refname,
+            commit: target.to_string(),
+            commits: unique,
+            dirty_files: dirty,
+            source: None,
+        });
+        Ok(out)
+    }
+
+    /// A commit of `tree` (the worktree's files) as a child of `parent`, touching
+    /// no branch, index or file.
+    fn commit_files(&self, repo: &Repository, tree: Oid, parent: Option<Oid>, name: &SandboxName) -> Result<Oid> {
+        let tree = repo.find_tree(tree).map_err(ws_err)?;
+        let sig = repo.signature().or_else(|_| Signature::now("forage", "forage@localhost")).map_err(ws_err)?;
+        let parent = parent.map(|p| repo.find_commit(p)).transpose().map_err(ws_err)?;
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let message = format!(
+            "forage: uncommitted work of sandbox {name}\n\nArchived by forage-ctl from {}.\n",
+            self.path.display()
+        );
+        repo.commit(None, &sig, &sig, &message, &tree, &parents).map_err(ws_err)
+    }
+}
+
+/// Creates the archive ref `wanted` (or `wanted-N` if that exists: two downs of
+/// one name within a second) at `target`.
+fn archive_ref(repo: &Repository, wanted: &str, target: Oid, name: &SandboxName) -> Result<String> {
+    let mut refname = wanted.to_owned();
+    let mut n = 1;
+    while repo.find_reference(&refname).is_ok() {
+        refname = format!("{wanted}-{n}");
+        n += 1;
+    }
+    repo.reference(&refname, target, false, &format!("forage: archive of sandbox {name}"))
+        .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
+    Ok(refname)
+}
+
+/// Commits `tip` reaches that `before` does not.
+fn count_new(repo: &Repository, tip: Oid, before: Option<Oid>) -> Result<usize> {
+    let mut walk = repo.revwalk().map_err(ws_err)?;
+    walk.push(tip).map_err(ws_err)?;
+    if let Some(b) = before {
+        walk.hide(b).map_err(ws_err)?;
+    }
+    Ok(walk.count())
+}
+
+/// Creates `branch` at `commit`, the commit `down` recorded in the archive index
+/// (not whatever the archive ref points to now).
+pub fn restore_branch(common_dir: &Path, commit: &str, branch: &str) -> Result<()> {
+    let repo = Repository::open(common_dir).map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
+    let commit = Oid::from_str(commit).and_then(|id| repo.find_commit(id)).map_err(|_| {
+        Error::NotFound(format!("the archived commit {commit} is no longer in {}", common_dir.display()))
+    })?;
+    if repo.find_branch(branch, BranchType::Local).is_ok() {
+        return Err(Error::Conflict(format!(
+            "branch {branch:?} already exists in {}; pass --branch with another name",
+            common_dir.display()
+        )));
+    }
+    repo.branch(branch, &commit, false).map_err(|e| ws_err(format!("creating branch {branch}: {e}")))?;
+    Ok(())
+}
+
+/// What `down` archived.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Archived {
+    /// The git ref (`refs/forage/archive/…`) or jj bookmark (`forage/archive/…`).
+    pub refname: String,
+    pub commit: String,
+    /// git: commits on the branch found on no other branch; jj: non-empty changes.
+    pub commits: usize,
+    /// Uncommitted files captured in the archive commit.
+    pub dirty_files: Vec<String>,
+    /// Where in the agent's repository the work was, when it was not on the
+    /// sandbox's branch: "detached HEAD", "branch NAME", "stash@{N}".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// The author identity git and jj use inside the container, taken from the host's
+/// git config so commits look like the user's own; a neutral one if there is none.
+pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
+    let config = Repository::open(repo).and_then(|r| r.config()).or_else(|_| git2::Config::open_default());
+    let get = |key: &str| config.as_ref().ok().and_then(|c| c.get_string(key).ok());
+    let name = get("user.name").unwrap_or_else(|| "forage agent".into());
+    let email = get("user.email").unwrap_or_else(|| "agent@forage.invalid".into());
+    vec![
+        ("GIT_AUTHOR_NAME".into(), name.clone()),
+        ("GIT_AUTHOR_EMAIL".into(), email.clone()),
+        ("GIT_COMMITTER_NAME".into(), name.clone()),
+        ("GIT_COMMITTER_EMAIL".into(), email.clone()),
+        ("JJ_USER".into(), name.clone()),
+        ("JJ_EMAIL".into(), email),
+        // No automatic gc or maintenance inside: repacking the host's repository is
+        // the user's business, not the agent's, and it would race other sandboxes.
+        ("GIT_CONFIG_COUNT".into(), "2".into()),
+        ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
+        ("GIT_CONFIG_VALUE_0".into(), "0".into()),
+        ("GIT_CONFIG_KEY_1".into(), "maintenance.auto".into()),
+        ("GIT_CONFIG_VALUE_1".into(), "false".into()),
+    ]
+}

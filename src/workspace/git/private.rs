@@ -1,0 +1,207 @@
+//! The agent's private git directory and forage's files around it, all under
+//! FORAGE_HOME/private/<name>:
+//!
+//! ```text
+//! git/       the agent's repository (HEAD, index, refs, new objects): writable
+//!            inside at /forage/git; forage only reads it, as untrusted data
+//! gitlink    "gitdir: /forage/git": read-only over /workspace/.git
+//! remotes/   the host's branches as refs/remotes/origin/*: read-only inside,
+//!            rewritten by forage at each sync
+//! import/    where an import stages the agent's objects (forage's alone)
+//! synced     the agent's tip that the last sync brought to the host
+//! ```
+//!
+//! The private repository borrows the host's objects through `alternates`: the
+//! host's `objects/` is mounted read-only at its own path. Nothing else of the
+//! host's git directory is visible inside.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use git2::{Oid, Repository};
+
+use crate::error::{Error, Result};
+use crate::runtime::{Mount, WORKSPACE_TARGET};
+
+/// Where the private git directory appears inside the container.
+pub const PRIVATE_GIT_TARGET: &str = "/forage/git";
+
+fn err(e: impl std::fmt::Display) -> Error {
+    Error::Workspace(format!("the agent's private repository: {e}"))
+}
+
+/// FORAGE_HOME/private/<name>, as the record names it.
+#[derive(Debug, Clone, Copy)]
+pub struct PrivateRepo<'a> {
+    pub dir: &'a Path,
+}
+
+impl PrivateRepo<'_> {
+    pub fn git_dir(&self) -> PathBuf {
+        self.dir.join("git")
+    }
+
+    fn gitlink(&self) -> PathBuf {
+        self.dir.join("gitlink")
+    }
+
+    fn remotes(&self) -> PathBuf {
+        self.dir.join("remotes")
+    }
+
+    pub fn staging(&self) -> PathBuf {
+        self.dir.join("import")
+    }
+
+    /// Makes the private repository: `branch` at `base`, the index of the host's
+    /// fresh checkout (`host_index`), the host's tags, and its branches as
+    /// `origin/*`, in the directory `dir` (made by the caller). Nothing is
+    /// running yet, so plain writes are safe here.
+    pub fn create(&self, host: &Repository, host_index: &Path, branch: &str, base: Oid) -> Result<()> {
+        let git = self.git_dir();
+        for dir in ["objects/info", "objects/pack", "refs/heads", "refs/tags", "refs/remotes"] {
+            std::fs::create_dir_all(git.join(dir)).map_err(err)?;
+        }
+        write(&git.join("HEAD"), format!("ref: refs/heads/{branch}\n").as_bytes())?;
+        write(
+            &git.join("config"),
+            b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n",
+        )?;
+        let alternates: String = object_dirs(host).iter().map(|d| format!("{}\n", d.display())).take(1).collect();
+        write(&git.join("objects/info/alternates"), alternates.as_bytes())?;
+        let branch_ref = git.join("refs/heads").join(branch);
+        std::fs::create_dir_all(branch_ref.parent().expect("a ref has a parent")).map_err(err)?;
+        write(&branch_ref, format!("{base}\n").as_bytes())?;
+        let mut tags = String::new();
+        for (name, id) in refs_under(host, "refs/tags/")? {
+            tags.push_str(&format!("{id} {name}\n"));
+        }
+        write(&git.join("packed-refs"), tags.as_bytes())?;
+        std::fs::copy(host_index, git.join("index")).map_err(|e| err(format!("copying the index: {e}")))?;
+        write(&self.gitlink(), format!("gitdir: {PRIVATE_GIT_TARGET}\n").as_bytes())?;
+        std::fs::create_dir(self.remotes()).map_err(err)?;
+        self.refresh_remotes(host)
+    }
+
+    /// The agent's branch tip that the last sync brought to the host (forage's
+    /// own note, outside anything the agent can reach).
+    pub fn last_synced(&self) -> Option<Oid> {
+        let text = std::fs::read_to_string(self.dir.join("synced")).ok()?;
+        super::refs::parse_oid(text.trim())
+    }
+
+    pub fn set_last_synced(&self, tip: Oid) -> Result<()> {
+        replace(&self.dir.join("synced"), format!("{tip}\n").as_bytes())
+    }
+
+    /// The mounts that make git in /workspace use the private repository.
+    pub fn mounts(&self, host: &Repository, read_only: bool) -> Vec<Mount> {
+        let ro = |source: PathBuf, target: String| Mount { source, target, read_only: true };
+        let mut mounts = vec![
+            ro(self.gitlink(), format!("{WORKSPACE_TARGET}/.git")),
+            Mount { source: self.git_dir(), target: PRIVATE_GIT_TARGET.into(), read_only },
+            ro(self.remotes(), format!("{PRIVATE_GIT_TARGET}/refs/remotes")),
+        ];
+        // The host's objects (and those it borrows itself), read-only at their own
+        // paths, so that the alternates chain resolves inside as on the host.
+        for dir in object_dirs(host) {
+            mounts.push(ro(dir.clone(), dir.display().to_string()));
+        }
+        mounts
+    }
+
+    /// Rewrites `remotes/origin/*` to the host's branches as they are now, and
+    /// `origin/HEAD` to the host's checked-out branch.
+    pub fn refresh_remotes(&self, host: &Repository) -> Result<()> {
+        let origin = self.remotes().join("origin");
+        std::fs::create_dir_all(&origin).map_err(err)?;
+        let wanted = refs_under(host, "refs/heads/")?;
+        let mut keep: HashSet<PathBuf> = HashSet::new();
+        for (name, id) in &wanted {
+            let short = name.trim_start_matches("refs/heads/");
+            let path = origin.join(short);
+            keep.insert(path.clone());
+            if std::fs::read_to_string(&path).is_ok_and(|c| c.trim() == id.to_string()) {
+                continue;
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(err)?;
+            }
+            replace(&path, format!("{id}\n").as_bytes())?;
+        }
+        let head = origin.join("HEAD");
+        match host.head().ok().filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_owned)) {
+            Some(b) => {
+                replace(&head, format!("ref: refs/remotes/origin/{b}\n").as_bytes())?;
+                keep.insert(head);
+            }
+            None => {
+                let _ = std::fs::remove_file(&head);
+            }
+        }
+        prune(&origin, &keep);
+        Ok(())
+    }
+}
+
+/// The host repository's object directory, then the ones it borrows from
+/// (its own `alternates`, a trusted host file), up to git's depth of 5.
+fn object_dirs(host: &Repository) -> Vec<PathBuf> {
+    let mut dirs = vec![host.commondir().join("objects")];
+    let mut i = 0;
+    while i < dirs.len() && dirs.len() < 6 {
+        let here = dirs[i].clone();
+        if let Ok(text) = std::fs::read_to_string(here.join("info/alternates")) {
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                if let Ok(dir) = here.join(line).canonicalize() {
+                    if !dirs.contains(&dir) {
+                        dirs.push(dir);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    dirs.into_iter().map(|d| d.canonicalize().unwrap_or(d)).collect()
+}
+
+/// The direct (non-symbolic) refs under `prefix` and their targets, peeled to
+/// what they point at (a tag ref keeps pointing at its tag object).
+fn refs_under(host: &Repository, prefix: &str) -> Result<Vec<(String, Oid)>> {
+    let mut out = Vec::new();
+    for r in host.references_glob(&format!("{prefix}*")).map_err(err)? {
+        let r = r.map_err(err)?;
+        if let (Some(name), Some(id)) = (r.name(), r.target()) {
+            out.push((name.to_owned(), id));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| err(format!("writing {}: {e}", path.display())))
+}
+
+/// Writes `path` whole or not at all (a reader inside never sees half a ref).
+fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_file_name(format!(".forage-{}.tmp", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(err)?;
+    f.write_all(bytes).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(|e| err(format!("writing {}: {e}", path.display())))
+}
+
+/// Removes every file under `dir` not in `keep`, then the directories left empty.
+fn prune(dir: &Path, keep: &HashSet<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            prune(&path, keep);
+            let _ = std::fs::remove_dir(&path);
+        } else if !keep.contains(&path) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! git-worktree mode against a hostile agent (SPEC §3a, docs/guarantees.md §3).
+//! Each test is an attack made from inside the container through `forage-ctl
+//! exec`, as a prompt-injected agent would make it, followed by what the user and
+//! forage then do on the host; the test proves the attack gains nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::git::{archive_refs, git, repo, repo_state};
+use crate::support::*;
+
+fn inside(env: &Env, name: &str, script: &str) -> String {
+    env.ok(&["exec", name, "--", "sh", "-c", script])
+}
+
+/// Every file of the host's git directory but its objects: what no agent may
+/// change (the sandbox's own worktree entry, which `sync` keeps, left out).
+fn git_dir_but_objects(repo: &Path, name: &str) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+    let own = PathBuf::from(format!("worktrees/forage-{name}"));
+    snapshot(&repo.join(".git"))
+        .into_iter()
+        .filter(|(p, ..)| !p.starts_with("objects") && !p.starts_with(&own))
+        .collect()
+}
+
+/// Asserts that every object file the host had is still there, byte for byte.
+fn assert_objects_kept(before: &[(PathBuf, u32, u32, Vec<u8>)], repo: &Path) {
+    let after = snapshot(&repo.join(".git/objects"));
+    for entry in before {
+        assert!(after.contains(entry), "object file {} changed or vanished", entry.0.display());
+    }
+}
+
+fn fsck(repo: &Path) {
+    git(repo, &["fsck", "--full", "--strict"]);
+}
+
+#[test]
+fn the_agent_can_change_nothing_of_the_hosts_git_directory() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-ro");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let (config, objects, refs) =
+        (git_dir_but_objects(&repo, &name), snapshot(&repo.join(".git/objects")), repo_state(&repo));
+    let g = repo.join(".git");
+    let an_object = objects.iter().find(|(p, ..)| p.components().count() == 2).unwrap().0.clone();
+    let script = format!(
+        r#"cd /workspace
+        o={g}/objects
+        echo x > $o/planted 2>/dev/null && echo WROTE objects
+        chmod u+w $o/{obj} 2>/dev/null && echo CHMOD object
+        (echo x > $o/{obj}) 2>/dev/null && echo OVERWROTE object
+        rm -f $o/{obj} 2>/dev/null; [ -e $o/{obj} ] || echo REMOVED object
+        mkdir -p $o/pack 2>/dev/null && touch $o/pack/x.pack 2>/dev/null && echo WROTE pack
+        (echo 'gitdir: /tmp' > .git) 2>/dev/null && echo WROTE gitlink
+        rm -f .git 2>/dev/null; mv .git .git-moved 2>/dev/null && echo MOVED gitlink
+        [ -f .git ] || echo GITLINK GONE
+        (echo x > /forage/git/refs/remotes/origin/main) 2>/dev/null && echo WROTE remotes
+        # The host's git directory, outside its objects, is not there at all:
+        # what the agent writes at its path stays in the container.
+        mkdir -p {g}/hooks {g}/worktrees/forage-{name} && echo '#!/bin/sh' > {g}/hooks/post-checkout && echo /tmp > {g}/worktrees/forage-{name}/gitdir && echo x > {g}/config
+        git status --short; git log --format=%s -1"#,
+        g = g.display(),
+        obj = an_object.display(),
+    );
+    assert_eq!(inside(&env, &name, &script), "initial\n", "the agent changed the host's git directory");
+    assert_eq!(git_dir_but_objects(&repo, &name), config);
+    assert_eq!(snapshot(&repo.join(".git/objects")), objects);
+    assert_eq!(repo_state(&repo), refs);
+    fsck(&repo);
+    env.ok(&["down", &name]);
+    env.assert_nothing_left();
+}
+
+#[test]
+fn nothing_the_agent_plants_runs_in_the_users_git_or_in_forage() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    std::fs::create_dir(repo.join("dir")).unwrap();
+    std::fs::write(repo.join("dir/f"), "f\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "dir"]);
+    let name = env.unique("gi-exec");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let marker = env.path("pwned");
+    let git_dir_before = git_dir_but_objects(&repo, &name);
+    // A config that runs code from every hook git has, planted everywhere the
+    // agent can write and everywhere it might think the host reads.
+    let script = format!(
+        r##"cd /workspace && echo work > work.txt && printf '* filter=x\n' > .gitattributes && git add work.txt .gitattributes && git commit -qm work && echo COMMITTED
+        m={marker}; g={g}; wt=$g/worktrees/forage-{name}
+        evil="[core]
+	fsmonitor = touch $m
+	hooksPath = /forage/git/hooks
+	pager = touch $m
+	sshCommand = touch $m
+	editor = touch $m
+[diff]
+	external = touch $m
+[extensions]
+	worktreeConfig = true
+[filter \"x\"]
+	clean = touch $m
+	smudge = touch $m"
+        hook="#!/bin/sh
+touch $m"
+        for d in /forage/git /forage/git/evil $g $wt $g/modules/sub; do
+          mkdir -p $d/hooks 2>/dev/null
+          for f in config config.worktree; do printf '%s\n' "$evil" > $d/$f 2>/dev/null; done
+          for h in pre-commit post-commit post-checkout pre-auto-gc reference-transaction post-index-change; do printf '%s\n' "$hook" > $d/hooks/$h 2>/dev/null; chmod +x $d/hooks/$h 2>/dev/null; done
+        done
+        echo /forage/git/evil > /forage/git/commondir; echo /forage/git/evil > $wt/commondir; echo "$g" > /forage/git/commondir-host
+        printf 'gitdir: /forage/git/evil\n' > $wt/gitdir
+        mkdir -p /workspace/nested/.git && printf '%s\n' "$evil" > /workspace/nested/.git/config"##,
+        marker = marker.display(),
+        g = repo.join(".git").display(),
+    );
+    assert!(inside(&env, &name, &script).contains("COMMITTED"));
+    assert_eq!(git_dir_but_objects(&repo, &name), git_dir_before, "the agent changed the host's git directory");
+
+    // The user's git in their own checkout, and in the sandbox's worktree.
+    for args in [
+        &["status"][..],
+        &["log", "--all", "-3"],
+        &["show", "main"],
+        &["diff", "HEAD~1"],
+        &["checkout", "-q", "-b", "tmp"],
+        &["checkout", "-q", "main"],
+        &["branch", "-q", "-D", "tmp"],
+        &["commit", "-q", "--allow-empty", "-m", "user"],
+        &["sparse-checkout", "set", "dir"],
+        &["sparse-checkout", "disable"],
+        &["gc", "-q"],
+        &["worktree", "list"],
+    ] {
+        git(&repo, args);
+    }
+    env.ok(&["sync", &name]);
+    let wt = env.home.join("workspaces").join(&name);
+    for args in [&["status"][..], &["log", "-1"], &["diff", "HEAD"], &["diff", "HEAD~1"]] {
+        git(&wt, args);
+    }
+    env.ok(&["status", &name]);
+    env.ok(&["down", &name]);
+    git(&repo, &["status"]);
+    assert!(!marker.exists(), "code the agent planted ran on the host");
+    // The work itself arrived, as a plain commit.
+    let archive = &archive_refs(&repo)[0];
+    assert_eq!(git(&repo, &["show", &format!("{archive}:work.txt")]), "work\n");
+    fsck(&repo);
+}
+
+#[test]
+fn planted_links_and_symlinks_make_forage_delete_read_or_import_nothing_outside() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    // What the attacker is after: a directory to delete, a key to steal, and a
+    // repository of the user's that this sandbox has nothing to do with.
+    let victim = env.mkdir("victim");
+    std::fs::write(victim.join("id_ed25519"), "-----BEGIN OPENSSH PRIVATE KEY-----\n").unwrap();
+    let secret = crate::git::repo(&env, "secret-repo");
+    std::fs::write(secret.join("plans.txt"), "secret plans\n").unwrap();
+    git(&secret, &["add", "."]);
+    git(&secret, &["commit", "-qm", "secret"]);
+    let secret_tree = git(&secret, &["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    let victim_before = snapshot(&victim);
+
+    let name = env.unique("gi-links");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let v = victim.display();
+    let script = format!(
+        r#"cd /workspace && echo mine > mine.txt && git add mine.txt && git commit -qm mine
+        ln -s {v} victim-link && ln -s {v}/id_ed25519 key-link
+        # A commit whose tree lives only in the secret repository, on a side branch.
+        c=$(printf 'tree {secret_tree}\nauthor a <a> 1 +0000\ncommitter a <a> 1 +0000\n\nsteal\n' | git hash-object -t commit -w --literally --stdin)
+        git update-ref refs/heads/steal $c
+        cd /forage/git
+        echo {v} > gitdir; echo {v} > commondir
+        mkdir -p worktrees/x && echo {v}/.git > worktrees/x/gitdir
+        ln -s {v} refs/heads/victim-dir; ln -s {v}/id_ed25519 refs/heads/victim-key
+        ln -s {v}/id_ed25519 objects/ab; mkdir -p objects/cd && ln -s {v}/id_ed25519 objects/cd/0000000000000000000000000000000000000000
+        echo {secret_objects} >> objects/info/alternates && echo PLANTED"#,
+        secret_objects = secret.join(".git/objects").display(),
+    );
+    assert!(inside(&env, &name, &script).contains("PLANTED"));
+
+    env.ok(&["sync", &name]);
+    let out = env.run(&["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 commit"), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not archived: branch steal") && err.contains(&secret_tree), "{err}");
+    assert_eq!(snapshot(&victim), victim_before, "the victim directory was touched");
+    // The agent's own work is archived; the symlinks are symlinks, never their targets.
+    let archive = archive_refs(&repo).into_iter().find(|r| !r.contains("-branch-")).unwrap();
+    assert_eq!(git(&repo, &["show", &format!("{archive}:mine.txt")]), "mine\n");
+    assert_eq!(git(&repo, &["cat-file", "-p", &format!("{archive}:key-link")]), format!("{v}/id_ed25519"));
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", &archive]);
+    assert!(!files.contains("id_ed25519\n"), "{files}");
+    // Nothing of the secret repository reached this one.
+    let probe = Command::new("git").arg("-C").arg(&repo).args(["cat-file", "-e", &secret_tree]).output().unwrap();
+    assert!(!probe.status.success(), "the secret repository's tree was imported");
+    assert!(archive_refs(&repo).iter().all(|r| !r.contains("steal")));
+    env.assert_nothing_left_but_archives();
+    fsck(&repo);
+}
+
+#[test]
+fn the_users_refs_tags_and_other_sandboxes_work_cannot_be_moved() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    git(&repo, &["tag", "-a", "v1", "-m", "v1"]);
+    // An archive of an earlier sandbox, and a second sandbox working alongside.
+    let (old, other, name) = (env.unique("gi-old"), env.unique("gi-other"), env.unique("gi-refs"));
+    env.ok(&["up", &old, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &old, "cd /workspace && echo old > old.txt");
+    env.ok(&["down", &old]);
+    env.ok(&["up", &other, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &other, "cd /workspace && echo o > o.txt && git add o.txt && git commit -qm other-work");
+    env.ok(&["sync", &other]);
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let refs = |repo: &Path| git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let before = refs(&repo);
+    let objects = snapshot(&repo.join(".git/objects"));
+    let main = git(&repo, &["rev-parse", "main"]);
+
+    let archive = &archive_refs(&repo)[0];
+    let script = format!(
+        r#"cd /workspace && echo evil > a.txt && git commit -qam evil && evil=$(git rev-parse HEAD)
+        git replace $(git rev-parse origin/main) $evil
+        git update-ref refs/heads/main $evil; git update-ref refs/remotes/origin/main $evil 2>/dev/null
+        git tag -f v1 $evil; git update-ref {archive} $evil; git update-ref refs/heads/forage-{other} $evil
+        git update-ref -d refs/remotes/origin/forage-{other} 2>/dev/null
+        git reset -q --hard origin/main && echo honest > h.txt && git add h.txt && git commit -qm honest && echo DONE"#,
+    );
+    assert!(inside(&env, &name, &script).contains("DONE"));
+    env.ok(&["sync", &name]);
+
+    // Only forage-NAME moved, to the agent's honest commit.
+    let after = refs(&repo);
+    let changed: Vec<&str> = after.lines().filter(|l| !before.contains(l)).collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(changed[0].starts_with(&format!("refs/heads/forage-{name} ")), "{changed:?}");
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("forage-{name}")]), "honest\n");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main);
+    assert_eq!(git(&repo, &["show", "-s", "--format=%s", "main"]), "initial\n");
+    assert_eq!(git(&repo, &["show", "main:a.txt"]), "original\n");
+    assert_eq!(git(&repo, &["replace", "-l"]), "");
+    assert_objects_kept(&objects, &repo);
+    env.ok(&["down", &name, "--discard"]);
+    env.ok(&["down", &other]);
+    fsck(&repo);
+}
+
+#[test]
+fn submodule_metadata_is_out_of_the_agents_reach() {
+    let env = Env::new();
+    let lib = repo(&env, "lib");
+    let repo = repo(&env, "repo");
+    git(&repo, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", lib.to_str().unwrap(), "sub"]);
+    git(&repo, &["commit", "-qm", "add sub"]);
+    let modules_before = snapshot(&repo.join(".git/modules"));
+    let name = env.unique("gi-sub");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let marker = env.path("pwned");
+    let m = repo.join(".git/modules/sub");
+    let script = format!(
+        r#"mkdir -p {m}/hooks && printf '[core]\n\tfsmonitor = touch {marker}\n' > {m}/config && printf '#!/bin/sh\ntouch {marker}\n' > {m}/hooks/post-checkout
+        chmod +x {m}/hooks/post-checkout; cd /workspace && printf '[submodule "sub"]\n\tpath = sub\n\turl = {lib}\n\tupdate = !touch {marker}\n' > .gitmodules
+        git commit -qam gitmodules && echo DONE"#,
+        m = m.display(),
+        marker = marker.display(),
+        lib = lib.display(),
+    );
+    assert!(inside(&env, &name, &script).contains("DONE"));
+    env.ok(&["sync", &name]);
+    git(&repo, &["status"]);
+    git(&repo, &["-c", "protocol.file.allow=always", "submodule", "update", "--init"]);
+    git(&repo, &["submodule", "status"]);
+    assert!(!marker.exists());
+    assert_eq!(snapshot(&repo.join(".git/modules")), modules_before);
+    env.ok(&["down", &name, "--discard"]);
+}
+
+#[test]
+fn commits_reach_the_host_by_sync_and_agents_see_each_others_work_read_only() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+    let (a, b) = (env.unique("gi-a"), env.unique("gi-b"));
+    env.ok(&["up", &a, "--git-worktree", r]);
+    env.ok(&["up", &b, "--git-worktree", r]);
+    let wt = env.home.join("workspaces").join(&a);
+
+    // The agent sees the host's branches as origin/*, as they were at `up`.
+    let out =
+        inside(&env, &a, "cd /workspace && git branch -a --format='%(refname:short)' && git diff --stat origin/main");
+    assert!(out.contains("origin/main") && out.contains(&format!("forage-{a}")), "{out}");
+    inside(
+        &env,
+        &a,
+        "cd /workspace && echo 1 > one.txt && git add one.txt && git commit -qm one && echo wip > wip.txt",
+    );
+    // Committed inside: on the host only after sync, and the host's view of the
+    // worktree then shows the uncommitted file alone.
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("forage-{a}")]), "initial\n");
+    let out = env.json(&["sync", &a, "--json"]);
+    assert_eq!(out["new_commits"], 1, "{out}");
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("forage-{a}")]), "one\n");
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "?? wip.txt\n");
+    let status = env.json(&["status", &a, "--json"]);
+    assert_eq!(status["git"]["dirty"], serde_json::json!(["wip.txt"]), "{status}");
+
+    // b sees a's synced work, and a branch the user moved, without being able to change them.
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "user moved main"]);
+    env.ok(&["sync", &b]);
+    let out = inside(&env, &b, &format!("cd /workspace && git log --format=%s -1 origin/forage-{a} && git log --format=%s -1 origin/main && (git update-ref refs/remotes/origin/main HEAD 2>/dev/null || echo READ-ONLY)"));
+    assert_eq!(out, "one\nuser moved main\nREAD-ONLY\n");
+    inside(&env, &b, &format!("cd /workspace && git merge -q origin/forage-{a} && test -f one.txt"));
+
+    // The agent rewriting its branch moves the host's branch with it; the user
+    // committing on the host's side too makes sync refuse rather than drop either.
+    inside(&env, &a, "cd /workspace && git commit -q --amend -m one-amended");
+    env.ok(&["sync", &a]);
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("forage-{a}")]), "one-amended\n");
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "by the user, on the host"]);
+    inside(&env, &a, "cd /workspace && git commit -q --allow-empty -m two");
+    let err = env.fails(&["sync", &a], 4);
+    assert!(err.contains("was changed") && err.contains("nothing was moved"), "{err}");
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", &format!("forage-{a}")]), "by the user, on the host\n");
+    let out = env.ok(&["down", &a]);
+    assert!(out.contains(&format!("branch forage-{a} in the sandbox")), "{out}");
+    let refs = archive_refs(&repo);
+    assert_eq!(refs.len(), 2, "{refs:?}");
+    let subjects: String = refs.iter().map(|r| git(&repo, &["log", "--format=%s", "-1", r])).collect();
+    assert!(subjects.contains("two") && subjects.contains("forage: uncommitted work"), "{subjects}");
+    env.ok(&["down", &b, "--discard"]);
+}
+
+#[test]
+fn forged_objects_and_trees_git_would_refuse_are_never_imported() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-forge");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let before = repo_state(&repo);
+    let objects = snapshot(&repo.join(".git/objects"));
+    // A blob whose file holds another blob's content: its id no longer matches.
+    let script = r#"cd /workspace && echo real > f.txt && git add f.txt && git commit -qm forged
+        id=$(git rev-parse HEAD:f.txt); other=$(echo other | git hash-object -w --stdin)
+        f=/forage/git/objects/$(echo $id | cut -c1-2)/$(echo $id | cut -c3-)
+        o=/forage/git/objects/$(echo $other | cut -c1-2)/$(echo $other | cut -c3-)
+        chmod u+w $f && cp $o $f && echo $id"#;
+    let forged = inside(&env, &name, script).trim().to_owned();
+    let err = env.fails(&["sync", &name], 6);
+    assert!(err.contains(&forged) && err.contains("does not match its id"), "{err}");
+    assert_eq!(repo_state(&repo), before);
+    let probe = Command::new("git").arg("-C").arg(&repo).args(["cat-file", "-e", &forged]).output().unwrap();
+    assert!(!probe.status.success(), "the forged object reached the host");
+    let status = env.json(&["status", &name, "--json"]);
+    assert!(status["sync_error"].as_str().unwrap().contains("does not match"), "{status}");
+
+    // A tree holding `.git/hooks/post-checkout`, which an older git would run on checkout.
+    let script = r#"cd /workspace && git reset -q --hard origin/main
+        hook=$(printf '#!/bin/sh\ntouch /tmp/x\n' | git hash-object -w --stdin)
+        hooks=$(printf '100755 blob %s\tpost-checkout\n' $hook | git mktree)
+        dotgit=$(printf '040000 tree %s\thooks\n' $hooks | git mktree)
+        root=$(printf '040000 tree %s\t.git\n' $dotgit | git mktree --missing)
+        c=$(git commit-tree $root -p HEAD -m evil) && git update-ref refs/heads/forage-$FORAGE_SANDBOX $c && echo $root"#;
+    let tree = inside(&env, &name, script).trim().to_owned();
+    let err = env.fails(&["sync", &name], 6);
+    assert!(err.contains(&tree) && err.contains(".git"), "{err}");
+    assert_eq!(repo_state(&repo), before);
+
+    // down keeps what it can (the worktree's files), says what it could not, and finishes.
+    inside(&env, &name, "echo kept > /workspace/kept.txt");
+    let out = env.run(&["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not archived") && err.contains(".git"), "{err}");
+    let archive = &archive_refs(&repo)[0];
+    assert_eq!(git(&repo, &["show", &format!("{archive}:kept.txt")]), "kept\n");
+    env.assert_nothing_left_but_archives();
+    assert_objects_kept(&objects, &repo);
+    fsck(&repo);
+}
+
+#[test]
+fn work_anywhere_in_the_agents_repository_survives_down() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-every");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let script = r#"cd /workspace
+        echo stashed > s.txt && git add s.txt && git stash -q
+        git checkout -q -b feature && echo f > f.txt && git add f.txt && git commit -qm feature-work
+        git checkout -q --detach && echo d > d.txt && git add d.txt && git commit -qm detached-work
+        mkdir -p nested && cd nested && git init -q && echo n > n.txt && git add n.txt && git commit -qm nested && cd ..
+        mkdir -p empty-dir; mkfifo pipe; echo staged > st.txt && git add st.txt && echo then-changed > st.txt; echo DONE"#;
+    assert!(inside(&env, &name, script).contains("DONE"));
+    let out = env.run(&["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("detached HEAD") && stdout.contains("branch feature") && stdout.contains("stash@{0}"),
+        "{stdout}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pipe: not a file"), "{}", describe(&out));
+    let refs = archive_refs(&repo);
+    let find = |suffix: &str| refs.iter().find(|r| r.ends_with(suffix)).unwrap_or_else(|| panic!("{suffix}: {refs:?}"));
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", find("-head")]), "detached-work\n");
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", find("-branch-feature")]), "feature-work\n");
+    assert_eq!(git(&repo, &["show", &format!("{}^2:s.txt", find("-stash-0"))]), "stashed\n");
+    // The worktree's files: the nested repository's files (not its .git), and the
+    // working-tree version of a file changed after staging.
+    let main = refs.iter().find(|r| r.rsplit('/').next().unwrap().chars().all(|c| c.is_ascii_alphanumeric())).unwrap();
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", main]);
+    assert!(files.contains("nested/n.txt") && files.contains("d.txt") && !files.contains("nested/.git"), "{files}");
+    assert_eq!(git(&repo, &["show", &format!("{main}:st.txt")]), "then-changed\n");
+    env.assert_nothing_left_but_archives();
+    // Each archive can be restored by its name.
+    env.ok(&["restore", &name, "--archive", find("-branch-feature"), "--branch", "got-feature"]);
+    assert_eq!(git(&repo, &["log", "--format=%s", "-1", "got-feature"]), "feature-work\n");
+    fsck(&repo);
+}
+
+#[test]
+fn restore_uses_the_commit_down_recorded_not_a_moved_archive_ref() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-restore");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &name, "echo work > /workspace/work.txt");
+    env.ok(&["down", &name]);
+    let archive = archive_refs(&repo)[0].clone();
+    let archived = git(&repo, &["rev-parse", &archive]);
+    // Someone (another sandbox of an older forage, say) moves the archive ref.
+    git(&repo, &["update-ref", &archive, "main"]);
+    env.ok(&["restore", &name]);
+    assert_eq!(git(&repo, &["rev-parse", &format!("forage-{name}")]), archived);
+}
+
+#[test]
+fn an_agent_that_locks_its_files_away_cannot_stop_down_as_an_ordinary_user() {
+    let uid = 4244;
+    let env = Env::new();
+    env.give(env.dir.path(), uid);
+    let repo = repo(&env, "repo");
+    Command::new("chown").arg("-R").arg(format!("{uid}")).arg(&repo).status().unwrap();
+    let name = env.unique("gi-locked");
+    let as_user = |args: &[&str]| {
+        let out = env.cmd_as(uid, args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    as_user(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    as_user(&[
+        "exec",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "cd /workspace && mkdir -p locked/deeper && echo hidden > locked/deeper/h.txt && echo secret > unreadable.txt \
+         && chmod 000 unreadable.txt locked/deeper && chmod 000 locked && chmod 500 /forage/git/objects",
+    ]);
+    // status only looks: what it may not read it leaves alone, and says the rest.
+    as_user(&["status", &name]);
+    as_user(&["down", &name]);
+    // (root's git refuses a repository another user owns unless told it is safe)
+    let show = |what: &str| git(&repo, &["-c", "safe.directory=*", "show", what]);
+    let archive = git(&repo, &["-c", "safe.directory=*", "for-each-ref", "--format=%(refname)", "refs/forage/archive"]);
+    let archive = archive.trim();
+    assert_eq!(show(&format!("{archive}:locked/deeper/h.txt")), "hidden\n");
+    assert_eq!(show(&format!("{archive}:unreadable.txt")), "secret\n");
+    env.assert_nothing_left_but_archives();
+}
