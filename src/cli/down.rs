@@ -110,18 +110,26 @@ fn print_report(r: &DownReport) {
     match (&r.workspace, &r.branch, r.mode) {
         (None, ..) => println!("removed container {} of sandbox {name}", r.container),
         (Some(ws), None, _) => println!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
-        (Some(ws), Some(workspace), Some(Mode::Jj)) => {
-            println!("removed sandbox {name} (container {}, {ws}); jj workspace {workspace} forgotten", r.container)
+        (Some(ws), Some(bookmark), Some(Mode::Jj)) => {
+            println!("removed sandbox {name} (container {}, {ws}); bookmark {bookmark} removed", r.container)
         }
         (Some(ws), Some(branch), _) => {
             let fate = if r.kept_branch { "kept" } else { "deleted" };
             println!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container);
         }
     }
+    let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
     for a in &r.archived_elsewhere {
         let short = &a.commit[..a.commit.len().min(12)];
         let source = a.source.as_deref().unwrap_or("elsewhere");
-        println!("archived the agent's {source} ({}) as ref {} ({short})", plural(a.commits, "commit"), a.refname);
+        match r.mode {
+            Some(Mode::Jj) => println!("archived the agent's {source} as bookmark {} ({short})", a.refname),
+            _ => println!(
+                "archived the agent's {source} ({}) as ref {} ({short})",
+                plural(a.commits, "commit"),
+                a.refname
+            ),
+        }
     }
     if let Some(a) = &r.archived {
         let mut what = Vec::new();
@@ -132,9 +140,11 @@ fn print_report(r: &DownReport) {
             });
         }
         if !a.dirty_files.is_empty() {
-            what.push(plural(a.dirty_files.len(), "uncommitted file"));
+            what.push(match r.mode {
+                Some(Mode::Jj) => format!("{} changed after jj's last snapshot", plural(a.dirty_files.len(), "file")),
+                _ => plural(a.dirty_files.len(), "uncommitted file"),
+            });
         }
-        let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
         println!("archived {} as {kind} {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
     }
     if r.archived.is_some() || !r.archived_elsewhere.is_empty() {

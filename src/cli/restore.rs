@@ -34,7 +34,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     let entry = engine.find_archive(&args.name, args.archive.as_deref())?;
     if entry.mode == Mode::Jj && args.up && args.branch.is_some() {
         return Err(crate::error::Error::Usage(
-            "--branch with --up is for git; a jj sandbox's workspace is always named forage-NAME".into(),
+            "--branch with --up is for git; a jj sandbox's bookmark is always forage/NAME".into(),
         ));
     }
     let branch = args.branch.clone().unwrap_or_else(|| args.name.branch());
@@ -52,7 +52,13 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     crate::sandbox::ensure_name_free(&ctx.home, &args.name)?;
     let path = ctx.home.workspaces_dir().join(args.name.as_str());
     let workspace = match entry.mode {
-        Mode::Jj => WorkspaceRequest::Jj(JjRequest::validate(&entry.repo, Some(&entry.commit), &args.name, path)?),
+        Mode::Jj => WorkspaceRequest::Jj(JjRequest::validate(
+            &entry.repo,
+            Some(&entry.commit),
+            &args.name,
+            path,
+            ctx.home.private_dir_of(&args.name),
+        )?),
         _ => WorkspaceRequest::GitWorktree(GitRequest::validate(
             &entry.repo,
             Some(&entry.commit),

@@ -30,12 +30,14 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
     if let Some(e) = &s.sync_error {
         println!("sync:       FAILED: {e}");
     }
-    if let Some(head) = s.sync.as_ref().and_then(|r| r.agent_head.as_deref()) {
+    if let Some(head) = match &s.sync {
+        Some(crate::sandbox::Synced::Git(r)) => r.agent_head.as_deref(),
+        _ => None,
+    } {
         println!("agent HEAD: {head}");
     }
     if let Some(g) = &s.git {
-        let (kind, change) =
-            if r.workspace.mode() == Mode::Jj { ("jj workspace", "change") } else { ("branch", "commit") };
+        let (kind, change) = if r.workspace.mode() == Mode::Jj { ("bookmark", "change") } else { ("branch", "commit") };
         let plural = |n: usize| format!("{n} {change}{}", if n == 1 { "" } else { "s" });
         println!("{:<12}{}", format!("{kind}:"), g.branch);
         let base = g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/")).unwrap_or(&g.base);

@@ -5,6 +5,9 @@ use super::Ctx;
 use crate::error::Result;
 use crate::names::SandboxName;
 use crate::progress::Silent;
+use crate::sandbox::Synced;
+use crate::workspace::git::SyncReport;
+use crate::workspace::jj::JjSync;
 
 #[derive(Debug, Args)]
 pub struct SyncArgs {
@@ -17,16 +20,24 @@ pub struct SyncArgs {
 
 pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<i32> {
     let docker = ctx.docker().await?;
-    let report = ctx.engine(&docker, &Silent).sync(&args.name).await?;
+    let synced = ctx.engine(&docker, &Silent).sync(&args.name).await?;
     if args.json {
-        print_json(&report)?;
-        return Ok(0);
+        print_json(&synced)?;
+    } else if !ctx.quiet {
+        match &synced {
+            Synced::Git(report) => print_git(report),
+            Synced::Jj(sync) => print_jj(sync),
+        }
     }
-    if ctx.quiet {
-        return Ok(0);
-    }
-    let short = |id: &Option<String>| id.as_deref().map(|i| i[..i.len().min(12)].to_owned());
-    match (report.new_commits, short(&report.after)) {
+    Ok(0)
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+fn print_git(report: &SyncReport) {
+    match (report.new_commits, report.after.as_deref().map(short)) {
         (_, None) => println!("{}: the branch is gone from the host repository; nothing to sync onto", report.branch),
         (0, Some(tip)) if report.before == report.after => println!("{} is up to date ({tip})", report.branch),
         (0, Some(tip)) => println!("{} moved to {tip} (the agent rewrote its branch)", report.branch),
@@ -39,5 +50,15 @@ pub async fn run(ctx: &Ctx, args: SyncArgs) -> Result<i32> {
     if let Some(head) = &report.agent_head {
         println!("  note: the agent's HEAD is {head}; only {} is synced (`down` archives the rest)", report.branch);
     }
-    Ok(0)
+}
+
+fn print_jj(sync: &JjSync) {
+    let changes = format!("{} change{}", sync.changes, if sync.changes == 1 { "" } else { "s" });
+    match sync.heads.first() {
+        None => println!("{}: no changes of the agent's yet (no bookmark)", sync.bookmark),
+        Some(head) => println!("{} at {} ({changes} of the agent's)", sync.bookmark, short(head)),
+    }
+    if sync.heads.len() > 1 {
+        println!("  and {} more heads, as forage-heads/… bookmarks", sync.heads.len() - 1);
+    }
 }

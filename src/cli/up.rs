@@ -133,11 +133,10 @@ pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
     match mode {
         Mode::Jj => {
             if args.branch.is_some() {
-                return Err(Error::Usage(
-                    "--branch is for git; a jj sandbox's workspace is always named forage-NAME".into(),
-                ));
+                return Err(Error::Usage("--branch is for git; a jj sandbox's bookmark is always forage/NAME".into()));
             }
-            Ok(WorkspaceRequest::Jj(JjRequest::validate(repo, args.base.as_deref(), &args.name, path)?))
+            let private = ctx.home.private_dir_of(&args.name);
+            Ok(WorkspaceRequest::Jj(JjRequest::validate(repo, args.base.as_deref(), &args.name, path, private)?))
         }
         _ => Ok(WorkspaceRequest::GitWorktree(GitRequest::validate(
             repo,
@@ -190,7 +189,7 @@ pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
     if !ctx.quiet {
         let n = &record.name;
         let branch = match (record.workspace.mode(), record.workspace.branch()) {
-            (Mode::Jj, Some(w)) => format!(" workspace {w}"),
+            (Mode::Jj, Some(b)) => format!(" bookmark {b}"),
             (_, Some(b)) => format!(" on branch {b}"),
             _ => String::new(),
         };

@@ -5,11 +5,12 @@ use std::io::Read;
 
 use bollard::container::{
     Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions, ListContainersOptions,
-    RemoveContainerOptions, StartContainerOptions, StopContainerOptions, UploadToContainerOptions,
+    LogOutput, LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+    UploadToContainerOptions, WaitContainerOptions,
 };
 use bollard::models::{HostConfig, Mount as DockerMount, MountTypeEnum};
 use bytes::Bytes;
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 
 use super::{
     ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, ReadyImage, Runtime, AGENT_HOME,
@@ -286,6 +287,36 @@ impl Runtime for Docker {
 
     async fn run_captured(&self, container: &str, command: Vec<String>, identity: Identity) -> Result<(i64, String)> {
         self.exec_captured(container, command, identity).await
+    }
+
+    async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)> {
+        self.remove(&spec.name).await?;
+        self.create(spec).await?;
+        let ran = async {
+            self.start(&spec.name).await?;
+            let mut waited = self.api.wait_container(&spec.name, None::<WaitContainerOptions<String>>);
+            let code = match waited.next().await {
+                Some(Ok(done)) => done.status_code,
+                // bollard reports a non-zero exit as an error carrying the code.
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+                Some(Err(e)) => return Err(Error::docker(format!("waiting for {}", spec.name), e)),
+                None => -1,
+            };
+            let options = LogsOptions::<String> { stdout: true, stderr: true, ..Default::default() };
+            let chunks: Vec<LogOutput> = self
+                .api
+                .logs(&spec.name, Some(options))
+                .try_collect()
+                .await
+                .map_err(|e| Error::docker(format!("reading the output of {}", spec.name), e))?;
+            let output: String =
+                chunks.iter().map(|c| String::from_utf8_lossy(&c.clone().into_bytes()).into_owned()).collect();
+            Ok((code, output))
+        }
+        .await;
+        let removed = self.remove(&spec.name).await;
+        let ran = ran?;
+        removed.map(|()| ran)
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

@@ -115,6 +115,11 @@ pub trait Runtime {
     /// Runs a command in the running container as `identity`, in /workspace, with
     /// the container's environment; returns its exit code and combined output.
     async fn run_captured(&self, container: &str, command: Vec<String>, identity: Identity) -> Result<(i64, String)>;
+    /// Makes a container from `spec`, runs its command to the end, removes it, and
+    /// returns the exit code and output: for work on a sandbox's files after its
+    /// own container is gone. A container of that name left by a killed forage is
+    /// removed first.
+    async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)>;
     /// Every container labelled as belonging to `home`, in one Engine API call.
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
 }

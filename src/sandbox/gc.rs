@@ -12,12 +12,10 @@ use super::{Engine, Teardown};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::Runtime;
-use crate::store::{ArchiveEntry, Record, RecordState, RECORD_VERSION};
+use crate::store::{Record, RecordState, RECORD_VERSION};
 use crate::template::DEFAULT_TEMPLATE;
-use crate::workspace::git::Archived;
-use crate::workspace::jj::JjWorkspace;
 use crate::workspace::untrusted::remove_created_dir;
-use crate::workspace::{Mode, WorkspaceRecord};
+use crate::workspace::WorkspaceRecord;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -156,33 +154,31 @@ impl<R: Runtime> Engine<'_, R> {
     async fn orphan_workspace(&self, name: &SandboxName, force: bool) -> Finding {
         let dir = self.home.workspaces_dir().join(name.as_str());
         let sidecar = self.home.workspace_sidecar(name);
-        let jj_workspace = if sidecar.is_none() { orphan_jj_workspace(&dir) } else { None };
         let holds_repo = dir.join(".git").exists() || dir.join(".jj").exists();
         let mut finding = Finding {
             kind: Kind::OrphanWorkspace,
             subject: dir.display().to_string(),
             why: "no sandbox record owns this workspace".into(),
-            action: match (&sidecar, &jj_workspace) {
-                (Some(WorkspaceRecord::GitWorktree(w)), _) => {
+            action: match &sidecar {
+                Some(WorkspaceRecord::GitWorktree(w)) => {
                     format!("archive its work, then remove worktree {} and branch {} of {}", w.worktree_id, w.branch, w.repo.display())
                 }
-                (Some(ws), _) => format!("archive its work, then remove its {} workspace", ws.mode()),
-                (None, Some(j)) => format!("archive its work, then forget jj workspace {} of {}", j.workspace, j.repo.display()),
-                (None, None) if holds_repo => {
-                    "nothing: it holds a repository forage cannot trace back (made by another forage?); inspect it and remove it by hand".into()
+                Some(ws) => format!("archive its work, then remove its {} workspace", ws.mode()),
+                None if holds_repo => {
+                    "nothing: it holds a repository forage cannot trace back (made by an older or another forage?); inspect it and remove it by hand".into()
                 }
-                (None, None) => "remove the directory (it holds no repository, so no history)".into(),
+                None => "remove the directory (it holds no repository, so no history)".into(),
             },
             error: None,
         };
         if !force {
             return finding;
         }
-        let result = match (sidecar, jj_workspace) {
-            (Some(workspace), _) => {
+        let result = match sidecar {
+            Some(workspace) => {
                 let journal = match &workspace {
                     WorkspaceRecord::GitWorktree(_) => vec![Step::GitBranch, Step::GitWorktree, Step::PrivateRepo],
-                    WorkspaceRecord::Jj(_) => vec![Step::JjWorkspace, Step::PrivateRepo],
+                    WorkspaceRecord::Jj(_) => vec![Step::PrivateRepo, Step::JjWorkspace],
                     WorkspaceRecord::Direct { .. } => vec![Step::PrivateRepo],
                 };
                 let record = Record {
@@ -202,43 +198,11 @@ impl<R: Runtime> Engine<'_, R> {
                 let how = Teardown { graceful: false, keep_branch: false, discard: false };
                 self.teardown(&record, how).await.map(|_| ())
             }
-            (None, Some(j)) => self.remove_orphan_jj_workspace(name, &j),
-            (None, None) if holds_repo => return finding,
-            (None, None) => remove_created_dir(&dir, &self.home.workspaces_dir()).map_err(Error::other),
+            None if holds_repo => return finding,
+            None => remove_created_dir(&dir, &self.home.workspaces_dir()).map_err(Error::other),
         };
         finding.error = result.err().map(|e| e.to_string());
         finding
-    }
-
-    fn remove_orphan_jj_workspace(&self, name: &SandboxName, j: &JjWorkspace) -> Result<()> {
-        let _repo = self.home.lock_repo(&j.repo_dir)?;
-        if let Some(a) = j.archive(name, &super::timestamp())? {
-            self.remember_archive(name, Mode::Jj, &a, &j.repo, &j.repo_dir, &j.workspace)?;
-        }
-        j.remove(&self.home.workspaces_dir())
-    }
-
-    /// Lets `restore` find what gc archived; the template is unknown, so the default.
-    fn remember_archive(
-        &self,
-        name: &SandboxName,
-        mode: Mode,
-        a: &Archived,
-        repo: &Path,
-        common_dir: &Path,
-        branch: &str,
-    ) -> Result<()> {
-        self.home.add_archive(&ArchiveEntry {
-            name: name.clone(),
-            mode,
-            refname: a.refname.clone(),
-            commit: a.commit.clone(),
-            repo: repo.to_path_buf(),
-            common_dir: common_dir.to_path_buf(),
-            branch: branch.to_owned(),
-            template: DEFAULT_TEMPLATE.into(),
-            archived_at: super::now(),
-        })
     }
 }
 
@@ -247,20 +211,4 @@ fn list_dir(dir: &Path) -> Vec<PathBuf> {
         std::fs::read_dir(dir).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default();
     out.sort();
     out
-}
-
-/// A jj workspace forage made whose record is gone. With its base unknown, all
-/// of its non-empty history counts as work: when in doubt, archive.
-fn orphan_jj_workspace(dir: &Path) -> Option<JjWorkspace> {
-    let link = std::fs::read_to_string(dir.join(".jj/repo")).ok()?;
-    let repo_dir = dir.join(".jj").join(link.trim()).canonicalize().ok()?;
-    let repo = repo_dir.parent()?.parent()?.to_path_buf();
-    let name = dir.file_name()?.to_str()?;
-    Some(JjWorkspace {
-        repo,
-        repo_dir,
-        path: dir.to_path_buf(),
-        workspace: format!("forage-{name}"),
-        base: vec!["root()".into()],
-    })
 }

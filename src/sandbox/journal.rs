@@ -19,7 +19,9 @@ pub enum Step {
     GitBranch,
     /// The git worktree named in the record's workspace.
     GitWorktree,
-    /// The jj workspace named in the record's workspace.
+    /// The jj repository forage makes for the agent: the workspace directory's
+    /// files and the repository in FORAGE_HOME/private/<name>/jj. (In records of
+    /// an older forage: a jj workspace of the user's repository.)
     JjWorkspace,
     /// FORAGE_HOME/private/<name>: the agent's private repository.
     PrivateRepo,
@@ -42,7 +44,8 @@ impl Step {
         match (self, &record.workspace) {
             (Step::Container { name }, _) => runtime.remove(name).await,
             (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => g.remove_worktree(scope.workspaces_dir),
-            (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => j.remove(scope.workspaces_dir),
+            (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => j.remove_workspace(scope.workspaces_dir),
+            (Step::PrivateRepo, WorkspaceRecord::Jj(j)) => j.remove_private(scope.private_dir),
             (Step::PrivateRepo, WorkspaceRecord::GitWorktree(g)) => g.remove_private(scope.private_dir),
             (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {
                 if scope.keep_branch {

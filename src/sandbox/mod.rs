@@ -15,6 +15,7 @@ mod tests;
 
 pub use plan::{preflight, SecretFile, UpOptions, UpRequest};
 pub use query::{not_found, GitStatus, SandboxRow, SandboxStatus};
+pub use sync::Synced;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -64,6 +65,15 @@ pub struct Engine<'a, R: Runtime> {
 
 pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Now, as (seconds, nanoseconds) since the epoch, less two seconds: file times
+/// come from the kernel's coarse clock (and from whole seconds on some file
+/// systems), so a file written just after this moment may carry an older time.
+/// Comparing with this errs on the side of reading the file again.
+pub(crate) fn now_precise() -> (i64, i64) {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs() as i64 - 2, d.subsec_nanos() as i64)
 }
 
 impl<R: Runtime> Engine<'_, R> {
@@ -159,21 +169,18 @@ impl<R: Runtime> Engine<'_, R> {
             g.add_worktree()?;
             self.checkpoint("git-worktree").await?;
             self.step("making the agent's private repository");
-            self.begin(record, Step::PrivateRepo)?;
-            if let Err(e) = self.home.create_private_dir(&record.name, &record.workspace) {
-                // A directory that could not be made is not ours to delete.
-                record.journal.pop();
-                self.home.save(record)?;
-                return Err(e);
-            }
+            self.make_private_dir(record)?;
             g.create_private()?;
             self.checkpoint("private-repo").await?;
         }
         if let WorkspaceRecord::Jj(j) = record.workspace.clone() {
             let _repo = self.home.lock_repo(&j.repo_dir)?;
-            self.step(&format!("adding jj workspace {} to {}", j.workspace, j.repo.display()));
+            self.step("making the agent's private jj repository");
+            self.make_private_dir(record)?;
+            self.checkpoint("private-repo").await?;
+            self.step(&format!("checking out {} in it", j.path.display()));
             self.begin(record, Step::JjWorkspace)?;
-            j.add()?;
+            j.create()?;
             self.checkpoint("jj-workspace").await?;
         }
         let mut mounts = record.workspace.mounts(read_only);
@@ -201,6 +208,18 @@ impl<R: Runtime> Engine<'_, R> {
         self.home.save(record)?;
         self.progress.finish();
         self.checkpoint("ready").await
+    }
+
+    /// Journals and makes FORAGE_HOME/private/<name> with its workspace.json.
+    fn make_private_dir(&self, record: &mut Record) -> Result<()> {
+        self.begin(record, Step::PrivateRepo)?;
+        if let Err(e) = self.home.create_private_dir(&record.name, &record.workspace) {
+            // A directory that could not be made is not ours to delete.
+            record.journal.pop();
+            self.home.save(record)?;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Runs the template's init commands once per container, before the agent
@@ -289,6 +308,19 @@ impl<R: Runtime> Engine<'_, R> {
             UndoScope { workspaces_dir: &workspaces_dir, private_dir: &private_dir, keep_branch: how.keep_branch };
         let (containers, workspace_steps): (Vec<&Step>, Vec<&Step>) =
             record.journal.iter().partition(|s| matches!(s, Step::Container { .. }));
+        // jj: jj inside snapshots the working copy while the container still runs
+        // (what is written after that, forage reads itself); once it is gone, a
+        // helper container does.
+        let jj = match &record.workspace {
+            WorkspaceRecord::Jj(j) if !how.discard && !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => {
+                Some(j)
+            }
+            _ => None,
+        };
+        let mut jj_state = match (jj, containers.is_empty()) {
+            (Some(j), false) => self.jj_state_if_running(record, j).await,
+            _ => None,
+        };
         if how.graceful && !containers.is_empty() {
             self.runtime.stop(&record.container, record.stop_timeout).await?;
         }
@@ -297,6 +329,9 @@ impl<R: Runtime> Engine<'_, R> {
             self.forget_step(&mut left, step)?;
         }
         kill_point("removed-container");
+        if let (Some(j), None) = (jj, &jj_state) {
+            jj_state = Some(self.jj_state_in_helper(record, j).await);
+        }
 
         let _repo_lock = match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => Some(self.home.lock_repo(&g.common_dir)?),
@@ -309,7 +344,7 @@ impl<R: Runtime> Engine<'_, R> {
                 Some((g.repo.clone(), g.common_dir.clone(), g.branch.clone()))
             }
             WorkspaceRecord::Jj(j) if record.journal.contains(&Step::JjWorkspace) => {
-                Some((j.repo.clone(), j.repo_dir.clone(), j.workspace.clone()))
+                Some((j.repo.clone(), j.repo_dir.clone(), record.workspace.branch().unwrap_or_default().to_owned()))
             }
             _ => None,
         };
@@ -318,9 +353,10 @@ impl<R: Runtime> Engine<'_, R> {
             self.step("archiving the agent's work");
             let result = match &record.workspace {
                 WorkspaceRecord::GitWorktree(g) => g.archive(&record.name, &timestamp()),
-                WorkspaceRecord::Jj(j) => j
-                    .archive(&record.name, &timestamp())
-                    .map(|a| ArchiveOutcome { archived: a.into_iter().collect(), not_archived: Vec::new() }),
+                WorkspaceRecord::Jj(j) => {
+                    let state = jj_state.take().unwrap_or_else(|| Err("jj was not run".into()));
+                    j.archive(&record.name, &timestamp(), state)
+                }
                 WorkspaceRecord::Direct { .. } => Ok(ArchiveOutcome::default()),
             };
             outcome = result.map_err(|e| {

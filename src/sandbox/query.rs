@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::Engine;
+use super::{Engine, Synced};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{ContainerDetails, Runtime};
@@ -60,8 +60,19 @@ impl<R: Runtime> Engine<'_, R> {
         // Synced first, so the branch shows the agent's latest commits; skipped
         // while another command (an `up` or `down`) holds the sandbox.
         let mut sync = None;
-        if let (WorkspaceRecord::GitWorktree(_), Some(_lock)) = (&record.workspace, self.home.try_lock_sandbox(name)?) {
-            sync = Some(self.sync_record(&record).map_err(|e| e.to_string()));
+        if let Some(_lock) = self.home.try_lock_sandbox(name)? {
+            sync = match &record.workspace {
+                WorkspaceRecord::GitWorktree(_) => Some(self.sync_record(&record).map(Synced::Git)),
+                // jj: only while the agent's container runs (no helper container
+                // for a status); otherwise what the last sync brought.
+                WorkspaceRecord::Jj(j) if !j.is_legacy() => match self.jj_state_if_running(&record, j).await {
+                    Some(Ok(state)) => Some(self.sync_jj(&record, j, &state).map(Synced::Jj)),
+                    Some(Err(why)) => Some(Err(Error::Workspace(why))),
+                    None => None,
+                },
+                _ => None,
+            }
+            .map(|r| r.map_err(|e| e.to_string()));
         }
         let git = match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => {
@@ -76,10 +87,10 @@ impl<R: Runtime> Engine<'_, R> {
                 })
             }
             WorkspaceRecord::Jj(j) => Some(GitStatus {
-                branch: j.workspace.clone(),
+                branch: record.workspace.branch().unwrap_or_default().to_owned(),
                 base: j.base.join(","),
                 base_ref: None,
-                ahead: j.work_count()?,
+                ahead: j.last_sync().map(|s| s.changes).unwrap_or(0),
                 behind: 0,
                 dirty: j.changed_files()?,
             }),
@@ -150,9 +161,9 @@ impl SandboxRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxStatus {
     pub git: Option<GitStatus>,
-    /// git: what the `sync` that `status` ran first did.
+    /// What the `sync` that `status` ran first did.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sync: Option<crate::workspace::git::SyncReport>,
+    pub sync: Option<Synced>,
     /// Why that sync failed (the branch then shows what the host had before).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_error: Option<String>,

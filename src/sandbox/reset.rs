@@ -31,12 +31,16 @@ impl<R: Runtime> Engine<'_, R> {
                 "sandbox {name} is half made or half removed, so there is nothing to reset; finish with `forage-ctl down {name}`"
             )));
         }
-        if let WorkspaceRecord::GitWorktree(g) = &record.workspace {
-            if g.private.is_none() {
-                return Err(Error::Conflict(format!(
-                    "sandbox {name} was made by an older forage, whose git sandboxes shared the host's git directory with the agent; `forage-ctl down {name}` keeps its work, and `forage-ctl restore {name} --up` makes a new, isolated sandbox on it"
-                )));
-            }
+        let legacy = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) => g.private.is_none(),
+            WorkspaceRecord::Jj(j) => j.is_legacy(),
+            WorkspaceRecord::Direct { .. } => false,
+        };
+        if legacy {
+            return Err(Error::Conflict(format!(
+                "sandbox {name} was made by an older forage, whose {} sandboxes shared the repository with the agent; `forage-ctl down {name}` keeps its work, and `forage-ctl up` makes a new, isolated sandbox",
+                record.workspace.mode()
+            )));
         }
         let template = &resolve(&record.template)?;
         let options = &record.options;

@@ -66,6 +66,10 @@ impl Runtime for FakeRuntime {
         self.log(&format!("run {}", command.join(" ")));
         Ok((0, String::new()))
     }
+    async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)> {
+        self.log(&format!("run_to_end {}", spec.name));
+        Ok((0, String::new()))
+    }
     async fn list(&self, _: &str) -> Result<Vec<ContainerSummary>> {
         Ok(Vec::new())
     }

@@ -5,6 +5,7 @@ pub mod direct;
 pub mod git;
 pub mod jj;
 pub mod untrusted;
+mod worktree_files;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -61,12 +62,13 @@ impl WorkspaceRecord {
         }
     }
 
-    /// The git branch, or the jj workspace name.
+    /// The git branch, or the jj bookmark.
     pub fn branch(&self) -> Option<&str> {
         match self {
             WorkspaceRecord::Direct { .. } => None,
             WorkspaceRecord::GitWorktree(g) => Some(&g.branch),
-            WorkspaceRecord::Jj(j) => Some(&j.workspace),
+            WorkspaceRecord::Jj(j) if j.is_legacy() => Some(&j.workspace),
+            WorkspaceRecord::Jj(j) => Some(&j.bookmark),
         }
     }
 

@@ -15,7 +15,7 @@ fn inside(env: &Env, name: &str, script: &str) -> String {
 
 /// Every file of the host's git directory but its objects: what no agent may
 /// change (the sandbox's own worktree entry, which `sync` keeps, left out).
-fn git_dir_but_objects(repo: &Path, name: &str) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+fn git_dir_but_objects(repo: &Path, name: &str) -> Snapshot {
     let own = PathBuf::from(format!("worktrees/forage-{name}"));
     snapshot(&repo.join(".git"))
         .into_iter()
@@ -24,7 +24,7 @@ fn git_dir_but_objects(repo: &Path, name: &str) -> Vec<(PathBuf, u32, u32, Vec<u
 }
 
 /// Asserts that every object file the host had is still there, byte for byte.
-fn assert_objects_kept(before: &[(PathBuf, u32, u32, Vec<u8>)], repo: &Path) {
+fn assert_objects_kept(before: &Snapshot, repo: &Path) {
     let after = snapshot(&repo.join(".git/objects"));
     for entry in before {
         assert!(after.contains(entry), "object file {} changed or vanished", entry.0.display());

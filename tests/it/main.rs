@@ -14,5 +14,6 @@ mod git;
 mod git_isolation;
 mod image;
 mod jj;
+mod jj_isolation;
 mod reset;
 mod templates;

@@ -242,8 +242,11 @@ pub fn inspect(container: &str) -> Option<ContainerInspectResponse> {
     block_on(docker().inspect_container(container, None)).ok()
 }
 
-/// A snapshot of a directory tree: relative path -> (mode, uid, content).
-pub fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+/// Every file of a directory tree: (relative path, mode, uid, content), sorted.
+pub type Snapshot = Vec<(PathBuf, u32, u32, Vec<u8>)>;
+
+/// A snapshot of a directory tree.
+pub fn snapshot(dir: &Path) -> Snapshot {
     use std::os::unix::fs::MetadataExt;
     let mut files = Vec::new();
     walk(dir, &mut files);

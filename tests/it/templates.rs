@@ -417,7 +417,7 @@ fn a_failing_init_in_git_and_jj_mode_rolls_back_and_archives_what_init_wrote() {
         env.assert_nothing_left_but_archives();
         assert!(!env.home.join("workspaces").join(&name).exists());
         let files = if flag == "--jj" {
-            assert_eq!(crate::jj::workspaces(&jj_repo), workspaces, "the jj workspace is forgotten");
+            assert_eq!(crate::jj::workspaces(&jj_repo), workspaces, "no workspace of the repository was touched");
             let bookmark = format!("latest(bookmarks(glob:\"forage/archive/{name}/*\"))");
             crate::jj::jj(&jj_repo, &["file", "list", "-r", &bookmark])
         } else {

@@ -14,10 +14,9 @@
 //! caller holds. forage only ever touches the branch and the worktree it created,
 //! and never prunes other worktrees.
 
-mod import;
+pub(crate) mod import;
 pub mod private;
-mod refs;
-mod worktree_files;
+pub(crate) mod refs;
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +24,7 @@ use git2::{BranchType, ErrorCode, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
 use super::untrusted::{remove_created_dir, Dir};
+use super::worktree_files::{self, Known};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
@@ -446,7 +446,8 @@ impl GitWorkspace {
     /// host: changed, added and removed files that are not ignored.
     pub fn dirty_files(&self) -> Result<Vec<String>> {
         let Some(view) = self.view()? else { return Ok(Vec::new()) };
-        let files = worktree_files::read(&view, &self.path, false)?;
+        let index = view.index().map_err(ws_err)?;
+        let files = worktree_files::read(&view, &self.path, Known::Index(index), false)?;
         let repo = self.open()?;
         let tree = self.tip(&repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
         files.changed_since(&repo, tree.as_ref())
@@ -564,7 +565,8 @@ impl GitWorkspace {
         let unique = self.unique_commits()?;
         let (dirty, tree) = match self.view()? {
             Some(view) => {
-                let files = worktree_files::read(&view, &self.path, true)?;
+                let index = view.index().map_err(ws_err)?;
+                let files = worktree_files::read(&view, &self.path, Known::Index(index), true)?;
                 let parent_tree =
                     tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
                 let dirty = files.changed_since(&repo, parent_tree.as_ref())?;

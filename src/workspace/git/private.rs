@@ -15,7 +15,7 @@
 //! host's `objects/` is mounted read-only at its own path. Nothing else of the
 //! host's git directory is visible inside.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -115,39 +115,48 @@ impl PrivateRepo<'_> {
     /// `origin/HEAD` to the host's checked-out branch.
     pub fn refresh_remotes(&self, host: &Repository) -> Result<()> {
         let origin = self.remotes().join("origin");
-        std::fs::create_dir_all(&origin).map_err(err)?;
-        let wanted = refs_under(host, "refs/heads/")?;
-        let mut keep: HashSet<PathBuf> = HashSet::new();
-        for (name, id) in &wanted {
-            let short = name.trim_start_matches("refs/heads/");
-            let path = origin.join(short);
-            keep.insert(path.clone());
-            if std::fs::read_to_string(&path).is_ok_and(|c| c.trim() == id.to_string()) {
-                continue;
-            }
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(err)?;
-            }
-            replace(&path, format!("{id}\n").as_bytes())?;
-        }
-        let head = origin.join("HEAD");
-        match host.head().ok().filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_owned)) {
-            Some(b) => {
-                replace(&head, format!("ref: refs/remotes/origin/{b}\n").as_bytes())?;
-                keep.insert(head);
-            }
-            None => {
-                let _ = std::fs::remove_file(&head);
-            }
-        }
-        prune(&origin, &keep);
-        Ok(())
+        let wanted: BTreeMap<String, Oid> = refs_under(host, "refs/heads/")?
+            .into_iter()
+            .map(|(name, id)| (name.trim_start_matches("refs/heads/").to_owned(), id))
+            .collect();
+        let head = host.head().ok().filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_owned));
+        let extra = head.map(|b| ("HEAD".to_owned(), format!("ref: refs/remotes/origin/{b}\n")));
+        write_refs(&origin, &wanted, extra)
     }
+}
+
+/// Makes `dir` hold exactly the loose refs `wanted` (name, `/`-separated, to
+/// target): a forage-owned directory the agent sees read-only. A file is only
+/// rewritten when its target changed, whole (never half a ref).
+pub fn write_ref_dir(dir: &Path, wanted: &BTreeMap<String, Oid>) -> Result<()> {
+    write_refs(dir, wanted, None)
+}
+
+fn write_refs(dir: &Path, wanted: &BTreeMap<String, Oid>, extra: Option<(String, String)>) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mut keep: HashSet<PathBuf> = HashSet::new();
+    let files = wanted
+        .iter()
+        .map(|(name, id)| (name.as_str(), format!("{id}\n")))
+        .chain(extra.iter().map(|(n, c)| (n.as_str(), c.clone())));
+    for (name, content) in files {
+        let path = dir.join(name);
+        keep.insert(path.clone());
+        if std::fs::read_to_string(&path).is_ok_and(|c| c == content) {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        replace(&path, content.as_bytes())?;
+    }
+    prune(dir, &keep);
+    Ok(())
 }
 
 /// The host repository's object directory, then the ones it borrows from
 /// (its own `alternates`, a trusted host file), up to git's depth of 5.
-fn object_dirs(host: &Repository) -> Vec<PathBuf> {
+pub(crate) fn object_dirs(host: &Repository) -> Vec<PathBuf> {
     let mut dirs = vec![host.commondir().join("objects")];
     let mut i = 0;
     while i < dirs.len() && dirs.len() < 6 {

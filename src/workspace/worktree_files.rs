@@ -1,14 +1,16 @@
 //! The files in a sandbox's worktree, as git would commit them with `git add -A`,
-//! read by forage on the host: uncommitted work for `status` and `down`.
+//! read by forage on the host: the uncommitted work of a git sandbox, and the
+//! files a jj sandbox changed after jj's last snapshot.
 //!
 //! The agent wrote these files, so they are walked with `untrusted::Dir`: symlinks
 //! are recorded as symlinks (never followed), FIFOs, sockets and devices are
 //! skipped, and every `.git` entry is left out (the worktree's own link, and the
-//! git directory of a repository the agent made inside, whose *files* are kept).
-//! Ignore rules come from the host's view of the worktree (its `.gitignore` files,
-//! the repository's `info/exclude`, the user's `core.excludesFile`); tracked files
-//! are kept even where an ignore rule matches. The host view's index serves as a
-//! stat cache, so only files whose size, times or inode changed are read.
+//! git directory of a repository the agent made inside, whose *files* are kept;
+//! in jj mode `.jj` too). Ignore rules come from a repository whose working
+//! directory is the worktree (the worktree's `.gitignore` files, that
+//! repository's `info/exclude`, the user's `core.excludesFile`); files already
+//! known are kept even where an ignore rule matches. What is already known
+//! (`Known`) spares reading the files that did not change.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -19,7 +21,7 @@ use std::path::Path;
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Oid, Repository, Tree};
 use nix::sys::stat::FileStat;
 
-use super::super::untrusted::{Dir, Kind};
+use super::untrusted::{Dir, Kind};
 use crate::error::{Error, Result};
 
 fn err(e: impl std::fmt::Display) -> Error {
@@ -39,6 +41,17 @@ pub struct FileEntry {
     pub id: Oid,
 }
 
+/// What forage already knows of the files, so that unchanged ones are not read.
+pub enum Known {
+    /// git: the host view's index, whose stat data tells which files changed
+    /// since it recorded them.
+    Index(Index),
+    /// jj: the tree of jj's snapshot, taken no earlier than `since` (seconds and
+    /// nanoseconds since the epoch): a file it holds whose modification and
+    /// change times are both older is as the snapshot has it.
+    Snapshot { files: HashMap<Vec<u8>, (u32, Oid)>, since: (i64, i64) },
+}
+
 /// The worktree's files, sorted by path.
 #[derive(Debug, Default)]
 pub struct WorktreeFiles {
@@ -49,14 +62,22 @@ pub struct WorktreeFiles {
     pub skipped: Vec<String>,
 }
 
-/// Reads the worktree at `root` through `view` (the host's view of it). With
-/// `write`, the content of every changed file is written to the host's object
-/// store (for a commit); without, it is only hashed.
-pub fn read(view: &Repository, root: &Path, write: bool) -> Result<WorktreeFiles> {
-    let index = view.index().map_err(err)?;
-    let index_mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
-    let tracked: HashMap<Vec<u8>, IndexEntry> =
-        index.iter().filter(|e| stage(e) == 0).map(|e| (e.path.clone(), e)).collect();
+/// Reads the worktree at `root`. `repo`'s working directory must be `root`: it
+/// gives the ignore rules, and its object store receives the content of every
+/// changed file when `write` is set (for a commit); without, files are only hashed.
+pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result<WorktreeFiles> {
+    let (tracked, index_mtime, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
+        Known::Index(index) => {
+            let mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
+            let since = mtime.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            let entries = index.iter().filter(|e| stage(e) == 0).map(|e| (e.path.clone(), Tracked::Entry(e))).collect();
+            (entries, since.map(|d| (d.as_secs() as i64, d.subsec_nanos() as i64)), false)
+        }
+        Known::Snapshot { files, since } => {
+            let entries = files.into_iter().map(|(p, (mode, id))| (p, Tracked::Snapshot { mode, id })).collect();
+            (entries, Some(since), true)
+        }
+    };
     let mut tracked_dirs: HashSet<Vec<u8>> = HashSet::new();
     for path in tracked.keys() {
         for (i, b) in path.iter().enumerate() {
@@ -65,8 +86,7 @@ pub fn read(view: &Repository, root: &Path, write: bool) -> Result<WorktreeFiles
             }
         }
     }
-    let index_mtime = index_mtime.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    let mut walk = Walk { view, tracked, tracked_dirs, index_mtime, write, out: WorktreeFiles::default() };
+    let mut walk = Walk { repo, tracked, tracked_dirs, since: index_mtime, jj, write, out: WorktreeFiles::default() };
     if let (true, Some(parent), Some(name)) = (write, root.parent(), root.file_name()) {
         Dir::open(parent).and_then(|p| p.grant_owner_access(name)).map_err(err)?;
     }
@@ -80,11 +100,36 @@ fn stage(e: &IndexEntry) -> u16 {
     (e.flags >> 12) & 0x3
 }
 
+/// A file forage already knows, and how.
+enum Tracked {
+    Entry(IndexEntry),
+    Snapshot { mode: u32, id: Oid },
+}
+
+impl Tracked {
+    fn mode(&self) -> u32 {
+        match self {
+            Tracked::Entry(e) => e.mode,
+            Tracked::Snapshot { mode, .. } => *mode,
+        }
+    }
+
+    fn id(&self) -> Oid {
+        match self {
+            Tracked::Entry(e) => e.id,
+            Tracked::Snapshot { id, .. } => *id,
+        }
+    }
+}
+
 struct Walk<'a> {
-    view: &'a Repository,
-    tracked: HashMap<Vec<u8>, IndexEntry>,
+    repo: &'a Repository,
+    tracked: HashMap<Vec<u8>, Tracked>,
     tracked_dirs: HashSet<Vec<u8>>,
-    index_mtime: Option<std::time::Duration>,
+    /// Files changed at or after this time are read whatever else is known.
+    since: Option<(i64, i64)>,
+    /// jj mode: `.jj` is left out like `.git`.
+    jj: bool,
     write: bool,
     out: WorktreeFiles,
 }
@@ -99,7 +144,7 @@ impl Walk<'_> {
             other => other.map_err(err)?,
         };
         for (name, kind) in entries {
-            if name == ".git" {
+            if name == ".git" || (self.jj && name == ".jj") {
                 continue;
             }
             let mut rel = prefix.to_vec();
@@ -107,9 +152,9 @@ impl Walk<'_> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.as_bytes());
-            if let Some(e) = self.tracked.get(&rel).filter(|e| e.mode == MODE_GITLINK) {
-                // A submodule: its commit as the index has it.
-                self.out.files.push(FileEntry { path: rel, mode: e.mode, id: e.id });
+            if let Some(e) = self.tracked.get(&rel).filter(|e| e.mode() == MODE_GITLINK) {
+                // A submodule: its commit as forage knows it.
+                self.out.files.push(FileEntry { path: rel, mode: e.mode(), id: e.id() });
                 continue;
             }
             let tracked = self.tracked.contains_key(&rel);
@@ -159,7 +204,7 @@ impl Walk<'_> {
         if is_dir {
             path.push(b'/');
         }
-        self.view.is_path_ignored(Path::new(OsStr::from_bytes(&path))).map_err(err)
+        self.repo.is_path_ignored(Path::new(OsStr::from_bytes(&path))).map_err(err)
     }
 
     fn file(&mut self, dir: &Dir, name: &OsStr, rel: Vec<u8>, kind: Kind) -> Result<Option<FileEntry>> {
@@ -182,26 +227,34 @@ impl Walk<'_> {
         Ok(Some(FileEntry { path: rel, mode, id }))
     }
 
-    /// The index's id for `rel` if the file's stat data says it did not change
-    /// since the index recorded it (and the entry is not racily clean).
+    /// The known id of `rel` if the file did not change since forage learnt it:
+    /// its stat data as the index recorded it, or (jj) its times older than the
+    /// snapshot. A file changed at or after the index was written, or the
+    /// snapshot taken, is always read (it may be racily clean).
     fn unchanged(&self, rel: &[u8], mode: u32, st: &FileStat) -> Option<Oid> {
-        let e = self.tracked.get(rel)?;
-        let same_time =
-            |t: &IndexTime, secs: i64, nsecs: i64| t.seconds() as i64 == secs && t.nanoseconds() as i64 == nsecs;
-        let fresh = e.mode == mode
-            && e.file_size == st.st_size as u32
-            && e.ino == st.st_ino as u32
-            && same_time(&e.mtime, st.st_mtime, st.st_mtime_nsec)
-            && same_time(&e.ctime, st.st_ctime, st.st_ctime_nsec);
-        let racy = self
-            .index_mtime
-            .is_none_or(|idx| (st.st_mtime as u64, st.st_mtime_nsec as u32) >= (idx.as_secs(), idx.subsec_nanos()));
-        (fresh && !racy).then_some(e.id)
+        let known = self.tracked.get(rel)?;
+        let older = |secs: i64, nsecs: i64| self.since.is_some_and(|since| (secs, nsecs) < since);
+        if known.mode() != mode || !older(st.st_mtime, st.st_mtime_nsec) || !older(st.st_ctime, st.st_ctime_nsec) {
+            return None;
+        }
+        match known {
+            Tracked::Snapshot { id, .. } => Some(*id),
+            Tracked::Entry(e) => {
+                let same_time = |t: &IndexTime, secs: i64, nsecs: i64| {
+                    t.seconds() as i64 == secs && t.nanoseconds() as i64 == nsecs
+                };
+                let fresh = e.file_size == st.st_size as u32
+                    && e.ino == st.st_ino as u32
+                    && same_time(&e.mtime, st.st_mtime, st.st_mtime_nsec)
+                    && same_time(&e.ctime, st.st_ctime, st.st_ctime_nsec);
+                fresh.then_some(e.id)
+            }
+        }
     }
 
     fn blob(&self, content: &[u8]) -> Result<Oid> {
         if self.write {
-            self.view.blob(content).map_err(err)
+            self.repo.blob(content).map_err(err)
         } else {
             Oid::hash_object(ObjectType::Blob, content).map_err(err)
         }
@@ -251,8 +304,15 @@ impl WorktreeFiles {
     }
 }
 
-/// Every non-tree entry of `tree` by path (names as bytes: git2's own tree walk
-/// would panic on a name that is not UTF-8).
+/// Every non-tree entry of `tree` by path: (mode, id).
+pub fn tree_files(repo: &Repository, tree: &Tree) -> Result<HashMap<Vec<u8>, (u32, Oid)>> {
+    let mut out = HashMap::new();
+    flatten(repo, tree, &[], &mut out)?;
+    Ok(out)
+}
+
+/// Fills `out` as `tree_files` (names as bytes: git2's own tree walk would panic
+/// on a name that is not UTF-8).
 fn flatten(repo: &Repository, tree: &Tree, prefix: &[u8], out: &mut HashMap<Vec<u8>, (u32, Oid)>) -> Result<()> {
     for entry in tree.iter() {
         let mut path = prefix.to_vec();

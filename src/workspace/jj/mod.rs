@@ -1,0 +1,585 @@
+//! `--jj REPO`: the agent works in a private jj repository of its own, and forage
+//! alone brings its work to REPO, as bookmark `forage/<name>` (SPEC §3a).
+//!
+//! forage makes the private repository at `up`, before anything runs inside, by
+//! running jj on the host in the new workspace directory: `jj git init` (a git
+//! store that borrows REPO's objects through `alternates`), the host's bookmarks
+//! as remote bookmarks `NAME@host`, and a first change on the base. Its `.jj` then
+//! moves to FORAGE_HOME/private/<name>/jj, which is mounted over /workspace/.jj:
+//! on the host, the workspace directory holds only the files, so no jj run there
+//! can pick up the agent's repository.
+//!
+//! From then on forage never runs jj on the host against the private repository.
+//! It runs jj *inside* (`state.rs`: the agent's config can only harm the agent) to
+//! snapshot the working copy and list the agent's commits, imports them into
+//! REPO's git store with the same verification as git mode, points
+//! `refs/heads/forage/<name>` at them, and runs `jj git import` in REPO, whose
+//! config the agent can no longer touch. Change ids survive: jj writes them into
+//! the git commits it makes.
+
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use git2::{Oid, Repository, Signature};
+use serde::{Deserialize, Serialize};
+
+use super::git::{import, ArchiveOutcome, Archived, NotArchived};
+use super::untrusted::{remove_created_dir, Dir};
+use super::worktree_files::{self, Known};
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::runtime::{Mount, WORKSPACE_TARGET};
+pub use state::AgentState;
+
+/// Archive bookmarks: `forage/archive/<name>/<timestamp>`.
+pub const ARCHIVE_PREFIX: &str = "forage/archive";
+/// A sandbox's further work heads: `forage-heads/<name>/<n>` (n from 2).
+const HEADS_PREFIX: &str = "forage-heads";
+/// The remote the agent sees the host's bookmarks under.
+const HOST_REMOTE: &str = "host";
+/// Where the private jj repository's git store lies, under its `.jj`.
+const STORE_GIT: &str = "repo/store/git";
+
+fn ws_err(e: impl std::fmt::Display) -> Error {
+    Error::Workspace(e.to_string())
+}
+
+/// Runs jj with output meant for parsing; returns stdout, or jj's own error.
+fn jj(cwd: Option<&Path>, args: &[&str]) -> Result<String> {
+    let mut cmd = Command::new("jj");
+    cmd.args(["--no-pager", "--color=never"]).args(args);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let out = cmd.output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Workspace(
+            "jj is not installed (no `jj` on PATH); install it (`cargo install jj-cli --locked`, or your package manager) or use --git-worktree".into(),
+        ),
+        _ => ws_err(format!("running jj: {e}")),
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(ws_err(format!("`jj {}` failed: {}", args.join(" "), stderr.trim())));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A jj sandbox as its record remembers it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JjWorkspace {
+    /// The repository's root (the directory holding `.jj/`).
+    pub repo: PathBuf,
+    /// `<repo>/.jj/repo`, resolved.
+    pub repo_dir: PathBuf,
+    /// The repository's git store (colocated `.git`, or `.jj/repo/store/git`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_dir: Option<PathBuf>,
+    /// The workspace, under FORAGE_HOME/workspaces.
+    pub path: PathBuf,
+    /// `forage/<name>`: the agent's work as a bookmark of the repository.
+    #[serde(default)]
+    pub bookmark: String,
+    /// Records of sandboxes made before jj sandboxes had a private repository:
+    /// the jj workspace `forage-<name>` of the repository itself.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub workspace: String,
+    /// The commits the agent's first change sits on.
+    pub base: Vec<String>,
+    /// FORAGE_HOME/private/<name>. `None` in those older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<PathBuf>,
+}
+
+/// Validated input for a new jj sandbox; nothing is created yet.
+#[derive(Debug, Clone)]
+pub struct JjRequest {
+    pub workspace: JjWorkspace,
+}
+
+/// The nearest directory at or above `start` that holds `.jj/`.
+fn jj_root(start: &Path) -> Option<PathBuf> {
+    start.ancestors().find(|d| d.join(".jj").is_dir()).map(Path::to_path_buf)
+}
+
+impl JjRequest {
+    pub fn validate(
+        raw: &Path,
+        base: Option<&str>,
+        name: &SandboxName,
+        path: PathBuf,
+        private: PathBuf,
+    ) -> Result<Self> {
+        let shown = raw.display();
+        let start = raw.canonicalize().map_err(|_| {
+            ws_err(format!("repository path {shown:?} does not exist; pass the path of a jj repository"))
+        })?;
+        super::ensure_readable(&start)?;
+        let root = jj_root(&start).ok_or_else(|| {
+            ws_err(format!("{shown:?} is not inside a jj repository; run `jj git init` there first, or use --git-worktree / --workspace"))
+        })?;
+        let root_str = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+        if name.as_str() == "archive" {
+            return Err(Error::Usage(
+                "a jj sandbox cannot be named \"archive\": its bookmark forage/archive would clash with the archive bookmarks forage/archive/…; pick another name".into(),
+            ));
+        }
+        let repo_dir = resolve_repo_dir(&root)?;
+        let git_dir = git_store(&repo_dir)?;
+        let bookmark = format!("forage/{name}");
+        let existing = host_bookmarks(&root)?;
+        // After the first jj call, so that "jj is not installed" is said plainly.
+        let revset = base.unwrap_or("@-");
+        let base: Vec<String> =
+            jj(None, &["-R", root_str, "log", "-r", revset, "--no-graph", "-T", "commit_id ++ \"\\n\""])
+                .map_err(|e| match base {
+                    Some(b) => ws_err(format!("--base {b:?} names no commit in {}: {e}", root.display())),
+                    None => e,
+                })?
+                .lines()
+                .map(str::to_owned)
+                .collect();
+        if base.is_empty() {
+            return Err(ws_err(format!("--base {revset:?} names no commit in {}", root.display())));
+        }
+        if existing.contains_key(&bookmark) {
+            return Err(Error::Conflict(format!(
+                "{} already has a bookmark {bookmark}, made by a sandbox of this name in another FORAGE_HOME or left over; `jj -R {:?} log -r {bookmark}` shows it: delete it once nothing on it is needed, or pick another sandbox name",
+                root.display(),
+                root
+            )));
+        }
+        super::ensure_workspace_dir_free(&path, name)?;
+        super::ensure_workspace_dir_free(&private, name)?;
+        Ok(JjRequest {
+            workspace: JjWorkspace {
+                repo: root,
+                repo_dir,
+                git_dir: Some(git_dir),
+                path,
+                bookmark,
+                workspace: String::new(),
+                base,
+                private: Some(private),
+            },
+        })
+    }
+}
+
+/// `<root>/.jj/repo` is the repository itself, or (in a secondary workspace) a file
+/// that points at it.
+fn resolve_repo_dir(root: &Path) -> Result<PathBuf> {
+    let link = root.join(".jj/repo");
+    if link.is_dir() {
+        return link.canonicalize().map_err(ws_err);
+    }
+    let text = std::fs::read_to_string(&link).map_err(|e| ws_err(format!("reading {}: {e}", link.display())))?;
+    root.join(".jj").join(text.trim()).canonicalize().map_err(ws_err)
+}
+
+/// The git store behind a jj repository (`store/git_target`, a file of the user's
+/// own repository, which no agent can reach).
+fn git_store(repo_dir: &Path) -> Result<PathBuf> {
+    let target_file = repo_dir.join("store/git_target");
+    let target = std::fs::read_to_string(&target_file).map_err(|_| {
+        ws_err(format!(
+            "{} is not backed by git (no {}); forage needs a git-backed jj repository (`jj git init`)",
+            repo_dir.display(),
+            target_file.display()
+        ))
+    })?;
+    repo_dir
+        .join("store")
+        .join(target.trim())
+        .canonicalize()
+        .map_err(|e| ws_err(format!("the git store of {}: {e}", repo_dir.display())))
+}
+
+/// The repository's local bookmarks that point at one commit, by name.
+fn host_bookmarks(root: &Path) -> Result<BTreeMap<String, Oid>> {
+    let root = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+    let template = r#"if(!remote && normal_target, name ++ " " ++ normal_target.commit_id() ++ "\n")"#;
+    let out = jj(None, &["-R", root, "bookmark", "list", "-T", template])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(n, id)| Some((n.to_owned(), Oid::from_str(id).ok()?)))
+        .collect())
+}
+
+impl JjWorkspace {
+    fn repo_str(&self) -> &str {
+        self.repo.to_str().expect("validated as UTF-8")
+    }
+
+    /// Made before jj sandboxes had a private repository (see `archive`).
+    pub fn is_legacy(&self) -> bool {
+        self.private.is_none()
+    }
+
+    fn private_jj(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.join("jj"))
+    }
+
+    fn host_refs(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.join("host-refs"))
+    }
+
+    fn git_dir(&self) -> Result<&Path> {
+        self.git_dir.as_deref().ok_or_else(|| ws_err("this jj sandbox has no recorded git store"))
+    }
+
+    fn open_host(&self) -> Result<Repository> {
+        let dir = self.git_dir()?;
+        Repository::open(dir).map_err(|e| ws_err(format!("opening {}: {e}", dir.display())))
+    }
+
+    /// Makes the private repository, in the new workspace directory (nothing runs
+    /// inside yet), then moves its `.jj` to FORAGE_HOME/private/<name>/jj.
+    pub fn create(&self) -> Result<()> {
+        let (Some(private_jj), Some(host_refs)) = (self.private_jj(), self.host_refs()) else { return Ok(()) };
+        std::fs::create_dir_all(self.path.parent().expect("a workspace has a parent")).map_err(ws_err)?;
+        std::fs::create_dir(&self.path).map_err(|e| ws_err(format!("creating {}: {e}", self.path.display())))?;
+        let ws = self.path.to_str().ok_or_else(|| ws_err("the workspace path is not UTF-8"))?;
+        jj(None, &["git", "init", "--no-colocate", ws])?;
+        let store = self.path.join(".jj").join(STORE_GIT);
+        let host = self.open_host()?;
+        let objects = host.path().join("objects").canonicalize().map_err(ws_err)?;
+        for dir in ["objects/info", "refs/tags"] {
+            std::fs::create_dir_all(store.join(dir)).map_err(ws_err)?;
+        }
+        std::fs::write(store.join("objects/info/alternates"), format!("{}\n", objects.display())).map_err(ws_err)?;
+        for (i, base) in self.base.iter().enumerate() {
+            let tag = if i == 0 { "forage-base".to_owned() } else { format!("forage-base-{}", i + 1) };
+            std::fs::write(store.join("refs/tags").join(tag), format!("{base}\n")).map_err(ws_err)?;
+        }
+        let remote = store.join("refs/remotes").join(HOST_REMOTE);
+        std::fs::create_dir_all(&remote).map_err(ws_err)?;
+        self.write_host_view(&remote)?;
+        jj(None, &["-R", ws, "git", "import"])?;
+        let mut new = vec!["-R", ws, "new"];
+        new.extend(self.base.iter().map(String::as_str));
+        jj(None, &new)?;
+        std::fs::rename(self.path.join(".jj"), &private_jj).map_err(ws_err)?;
+        // An empty directory to mount the repository on; on the host, nothing.
+        std::fs::create_dir(self.path.join(".jj")).map_err(ws_err)?;
+        std::fs::create_dir(&host_refs).map_err(ws_err)?;
+        self.write_host_view(&host_refs)
+    }
+
+    /// Writes the host's bookmarks, but the sandbox's own, as git refs under
+    /// `dir` (`refs/remotes/host` inside), replacing what was there.
+    fn write_host_view(&self, dir: &Path) -> Result<()> {
+        let mine = |b: &str| b == self.bookmark || b.starts_with(&format!("{HEADS_PREFIX}/{}/", self.bookmark_name()));
+        let wanted: BTreeMap<String, Oid> = host_bookmarks(&self.repo)?
+            .into_iter()
+            .filter(|(b, _)| !mine(b) && git2::Reference::is_valid_name(&format!("refs/remotes/{HOST_REMOTE}/{b}")))
+            .collect();
+        super::git::private::write_ref_dir(dir, &wanted)
+    }
+
+    /// The sandbox name, from `forage/<name>`.
+    fn bookmark_name(&self) -> &str {
+        self.bookmark.strip_prefix("forage/").unwrap_or(&self.bookmark)
+    }
+
+    /// Refreshes the agent's view of the host's bookmarks (read-only inside).
+    pub fn refresh_view_of_host(&self) -> Result<()> {
+        match self.host_refs() {
+            Some(dir) if dir.is_dir() => self.write_host_view(&dir),
+            _ => Ok(()),
+        }
+    }
+
+    /// The workspace's files at /workspace, the private repository at
+    /// /workspace/.jj, the host's bookmarks read-only inside it, and the host's
+    /// objects read-only at their own path.
+    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
+        let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
+        let (Some(private_jj), Some(host_refs), Ok(host)) = (self.private_jj(), self.host_refs(), self.open_host())
+        else {
+            return mounts;
+        };
+        let inside = format!("{WORKSPACE_TARGET}/.jj");
+        mounts.push(Mount { source: private_jj, target: inside.clone(), read_only });
+        mounts.push(Mount {
+            source: host_refs,
+            target: format!("{inside}/{STORE_GIT}/refs/remotes/{HOST_REMOTE}"),
+            read_only: true,
+        });
+        for dir in super::git::private::object_dirs(&host) {
+            mounts.push(Mount { target: dir.display().to_string(), source: dir, read_only: true });
+        }
+        mounts
+    }
+
+    /// The script `state::AgentState` parses, to be run inside (in /workspace).
+    pub fn state_command(&self) -> Vec<String> {
+        let mut hidden: Vec<String> =
+            vec![format!("remote_bookmarks(remote=exact:\"{HOST_REMOTE}\")"), "root()".into()];
+        hidden.extend(self.base.iter().cloned());
+        vec!["sh".into(), "-c".into(), state::state_script(&hidden.join(" | "))]
+    }
+
+    /// Brings the agent's work to the repository: imports its heads and working
+    /// copy (every object verified), points `forage/<name>` at the first head and
+    /// `forage-heads/<name>/<n>` at the others, and has the repository's jj import
+    /// them. Records what it brought, for `status` while the sandbox is stopped.
+    pub fn bring_to_host(&self, state: &AgentState) -> Result<JjSync> {
+        let host = self.open_host()?;
+        let heads = state.heads();
+        let mut tips = heads.clone();
+        tips.push(state.working_copy());
+        self.import(&host, &tips)?;
+        let mut wanted: BTreeMap<String, Oid> = BTreeMap::new();
+        for (i, head) in heads.iter().enumerate() {
+            let name = match i {
+                0 => self.bookmark.clone(),
+                n => format!("{HEADS_PREFIX}/{}/{}", self.bookmark_name(), n + 1),
+            };
+            wanted.insert(name, *head);
+        }
+        if self.set_bookmark_refs(&host, &wanted)? {
+            self.host_import()?;
+        }
+        let sync = JjSync {
+            bookmark: self.bookmark.clone(),
+            heads: heads.iter().map(Oid::to_string).collect(),
+            changes: state.work_count(),
+            working_copy: state.working_copy().to_string(),
+            since: state.since,
+        };
+        if let Some(private) = &self.private {
+            let json = serde_json::to_vec(&sync).map_err(ws_err)?;
+            std::fs::write(private.join("synced.json"), json).map_err(ws_err)?;
+        }
+        Ok(sync)
+    }
+
+    /// What the last `bring_to_host` brought, if any.
+    pub fn last_sync(&self) -> Option<JjSync> {
+        let bytes = std::fs::read(self.private.as_ref()?.join("synced.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn import(&self, host: &Repository, tips: &[Oid]) -> Result<()> {
+        let private = self.private.as_ref().ok_or_else(|| ws_err("no private repository"))?;
+        let objects = Dir::open(private)
+            .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
+            .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
+        import::import(host, objects.as_ref(), &private.join("import"), tips)?;
+        for tip in tips {
+            host.find_commit(*tip).map_err(|_| ws_err(format!("the agent's commit {tip} is not a commit")))?;
+        }
+        Ok(())
+    }
+
+    /// Makes the sandbox's bookmarks (`forage/<name>`, `forage-heads/<name>/*`)
+    /// exactly `wanted`, as git refs of the repository's store; true if anything
+    /// changed (which the repository's jj then has to import).
+    fn set_bookmark_refs(&self, host: &Repository, wanted: &BTreeMap<String, Oid>) -> Result<bool> {
+        let mut current: HashMap<String, Oid> = HashMap::new();
+        let globs = [self.bookmark.clone(), format!("{HEADS_PREFIX}/{}/*", self.bookmark_name())];
+        for glob in globs {
+            for r in host.references_glob(&format!("refs/heads/{glob}")).map_err(ws_err)? {
+                let r = r.map_err(ws_err)?;
+                if let (Some(name), Some(id)) = (r.name(), r.target()) {
+                    current.insert(name.trim_start_matches("refs/heads/").to_owned(), id);
+                }
+            }
+        }
+        let mut changed = false;
+        for (name, id) in wanted {
+            if current.remove(name) != Some(*id) {
+                host.reference(&format!("refs/heads/{name}"), *id, true, "forage: the agent's work")
+                    .map_err(|e| ws_err(format!("pointing {name} at {id}: {e}")))?;
+                changed = true;
+            }
+        }
+        for name in current.keys() {
+            host.find_reference(&format!("refs/heads/{name}")).and_then(|mut r| r.delete()).map_err(ws_err)?;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Has the repository's jj take in the refs forage wrote (its config is the
+    /// user's; the agent can no longer reach it).
+    fn host_import(&self) -> Result<()> {
+        jj(None, &["-R", self.repo_str(), "git", "import"]).map(|_| ())
+    }
+
+    /// Files of the workspace that changed after jj's snapshot `since` (or that
+    /// jj did not track although no ignore rule says so), as a commit on top of
+    /// `working_copy`; `None` when the snapshot has them all.
+    fn files_after_snapshot(
+        &self,
+        host: &Repository,
+        working_copy: Oid,
+        since: (i64, i64),
+        name: &SandboxName,
+    ) -> Result<Option<LateFiles>> {
+        let parent = host.find_commit(working_copy).map_err(ws_err)?;
+        let tree = parent.tree().map_err(ws_err)?;
+        let files = worktree_files::tree_files(host, &tree)?;
+        // The repository's view of the workspace, for its ignore rules; in memory only.
+        let view = Repository::open(self.git_dir()?).map_err(ws_err)?;
+        view.set_workdir(&self.path, false).map_err(ws_err)?;
+        let read = worktree_files::read(&view, &self.path, Known::Snapshot { files, since }, true)?;
+        let changed = read.changed_since(host, Some(&tree))?;
+        if changed.is_empty() {
+            return Ok(None);
+        }
+        let tree = host.find_tree(read.write_tree(host)?).map_err(ws_err)?;
+        let sig = Signature::now("forage", "forage@localhost").map_err(ws_err)?;
+        let message = format!("forage: files of sandbox {name} changed after jj's last snapshot\n");
+        let commit = host.commit(None, &sig, &sig, &message, &tree, &[&parent]).map_err(ws_err)?;
+        Ok(Some(LateFiles { commit, changed, skipped: read.skipped }))
+    }
+
+    /// Keeps the agent's work reachable before anything is deleted: brings what
+    /// jj inside said (`state`) to the repository, adds a commit of the files
+    /// changed since that snapshot, and makes bookmarks `forage/archive/<name>/<ts>`
+    /// (and `…-head-N` for further heads); then removes the sandbox's own
+    /// bookmarks. Without a state (jj could not run inside: `why`), the files are
+    /// archived on top of what the last sync brought, or of the base.
+    pub fn archive(
+        &self,
+        name: &SandboxName,
+        timestamp: &str,
+        state: std::result::Result<AgentState, String>,
+    ) -> Result<ArchiveOutcome> {
+        let mut out = ArchiveOutcome::default();
+        if self.is_legacy() {
+            out.not_archived.push(NotArchived {
+                source: format!("jj workspace {} of {}", self.workspace, self.repo.display()),
+                why: format!(
+                    "made by an older forage that shared the repository with the agent, so forage does not run jj there; {} is left as it is: look at it, then `jj -R {:?} workspace forget {}` and remove the directory",
+                    self.path.display(),
+                    self.repo,
+                    self.workspace
+                ),
+            });
+            return Ok(out);
+        }
+        let host = self.open_host()?;
+        let last = self.last_sync();
+        let (heads, working_copy, since, changes) = match state
+            .map(|s| self.bring_to_host(&s).map_err(|e| e.to_string()))
+        {
+            Ok(Ok(sync)) => (sync.heads, sync.working_copy, sync.since, sync.changes),
+            Ok(Err(why)) | Err(why) => {
+                out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
+                match last {
+                    Some(s) => (s.heads, s.working_copy, s.since, s.changes),
+                    None => (Vec::new(), self.base[0].clone(), (0, 0), 0),
+                }
+            }
+        };
+        let working_copy = Oid::from_str(&working_copy).map_err(ws_err)?;
+        let mut heads: Vec<Oid> = heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
+        let late = self.files_after_snapshot(&host, working_copy, since, name)?;
+        let mut dirty_files = Vec::new();
+        if let Some(LateFiles { commit, changed, skipped }) = late {
+            // The files sit on the working copy, so they carry the work under it.
+            heads.retain(|h| !host.graph_descendant_of(working_copy, *h).unwrap_or(false) && *h != working_copy);
+            heads.insert(0, commit);
+            dirty_files = changed;
+            for path in skipped {
+                out.not_archived.push(NotArchived { source: path, why: "not a file, symlink or directory".into() });
+            }
+        }
+        let mut archives = BTreeMap::new();
+        for (i, head) in heads.iter().enumerate() {
+            let stem = match i {
+                0 => format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"),
+                n => format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-head-{}", n + 1),
+            };
+            let mut bookmark = stem.clone();
+            let mut n = 1;
+            while host.find_reference(&format!("refs/heads/{bookmark}")).is_ok() {
+                bookmark = format!("{stem}-{n}");
+                n += 1;
+            }
+            host.reference(&format!("refs/heads/{bookmark}"), *head, false, "forage: archive")
+                .map_err(|e| ws_err(format!("writing bookmark {bookmark}: {e}")))?;
+            archives.insert(i, (bookmark, *head));
+        }
+        if self.set_bookmark_refs(&host, &BTreeMap::new())? || !archives.is_empty() {
+            self.host_import()?;
+        }
+        // The first head's archive last, as the one `restore` takes by default.
+        for (i, (refname, commit)) in archives.into_iter().rev() {
+            let (commits, dirty) = if i == 0 { (changes, std::mem::take(&mut dirty_files)) } else { (0, Vec::new()) };
+            let source = (i > 0).then(|| format!("head {}", i + 1));
+            out.archived.push(Archived { refname, commit: commit.to_string(), commits, dirty_files: dirty, source });
+        }
+        Ok(out)
+    }
+
+    /// Deletes the workspace directory (only under `workspaces_dir`). A workspace
+    /// of an older forage's is left alone (see `archive`).
+    pub fn remove_workspace(&self, workspaces_dir: &Path) -> Result<()> {
+        if self.is_legacy() {
+            return Ok(());
+        }
+        remove_created_dir(&self.path, workspaces_dir).map_err(ws_err)
+    }
+
+    pub fn remove_private(&self, private_root: &Path) -> Result<()> {
+        match &self.private {
+            Some(dir) => remove_created_dir(dir, private_root).map_err(ws_err),
+            None => Ok(()),
+        }
+    }
+
+    /// The files the working-copy commit changes, from what the last sync brought.
+    pub fn changed_files(&self) -> Result<Vec<String>> {
+        let Some(sync) = self.last_sync() else { return Ok(Vec::new()) };
+        let host = self.open_host()?;
+        let wc = Oid::from_str(&sync.working_copy).and_then(|id| host.find_commit(id)).map_err(ws_err)?;
+        let parent_tree = wc.parents().next().map(|p| p.tree()).transpose().map_err(ws_err)?;
+        let tree = wc.tree().map_err(ws_err)?;
+        let diff = host.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None).map_err(ws_err)?;
+        Ok(diff
+            .deltas()
+            .filter_map(|d| d.new_file().path().or_else(|| d.old_file().path()).map(|p| p.display().to_string()))
+            .collect())
+    }
+}
+
+/// The files of a workspace that jj's snapshot had not seen, as a commit.
+struct LateFiles {
+    commit: Oid,
+    /// The paths that differ from the snapshot.
+    changed: Vec<String>,
+    /// Paths that are not files, symlinks or directories.
+    skipped: Vec<String>,
+}
+
+/// What a jj sync brought to the repository.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JjSync {
+    pub bookmark: String,
+    /// The agent's work heads, the working copy's first (commit ids).
+    pub heads: Vec<String>,
+    /// Changes of the agent's that are not empty and undescribed.
+    pub changes: usize,
+    pub working_copy: String,
+    /// When the snapshot was taken (seconds and nanoseconds since the epoch).
+    pub since: (i64, i64),
+}
+
+/// Creates bookmark `name` at `commit` (restore without --up).
+pub fn restore_bookmark(repo: &Path, commit: &str, name: &str) -> Result<()> {
+    let repo = repo.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+    let existing = jj(None, &["-R", repo, "bookmark", "list", "-T", "name ++ \"\\n\""])?;
+    if existing.lines().any(|b| b == name) {
+        return Err(Error::Conflict(format!(
+            "bookmark {name:?} already exists in {repo}; pass --branch with another name"
+        )));
+    }
+    jj(None, &["-R", repo, "bookmark", "create", name, "-r", commit]).map(|_| ())
+}
