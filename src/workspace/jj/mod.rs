@@ -256,8 +256,8 @@ impl JjWorkspace {
             std::fs::write(store.join("refs/tags").join(tag), format!("{base}\n")).map_err(ws_err)?;
         }
         let remote = store.join("refs/remotes").join(HOST_REMOTE);
-        std::fs::create_dir_all(&remote).map_err(ws_err)?;
-        self.write_host_view(&remote)?;
+        let view = self.host_view()?;
+        super::git::private::write_ref_dir(&remote, &view)?;
         jj(None, &["-R", ws, "git", "import"])?;
         let mut new = vec!["-R", ws, "new"];
         new.extend(self.base.iter().map(String::as_str));
@@ -265,19 +265,17 @@ impl JjWorkspace {
         std::fs::rename(self.path.join(".jj"), &private_jj).map_err(ws_err)?;
         // An empty directory to mount the repository on; on the host, nothing.
         std::fs::create_dir(self.path.join(".jj")).map_err(ws_err)?;
-        std::fs::create_dir(&host_refs).map_err(ws_err)?;
-        self.write_host_view(&host_refs)
+        super::git::private::write_ref_dir(&host_refs, &view)
     }
 
-    /// Writes the host's bookmarks, but the sandbox's own, as git refs under
-    /// `dir` (`refs/remotes/host` inside), replacing what was there.
-    fn write_host_view(&self, dir: &Path) -> Result<()> {
+    /// The host's bookmarks as the agent sees them (`NAME@host`): all but the
+    /// sandbox's own, and only names git can store as refs.
+    fn host_view(&self) -> Result<BTreeMap<String, Oid>> {
         let mine = |b: &str| b == self.bookmark || b.starts_with(&format!("{HEADS_PREFIX}/{}/", self.bookmark_name()));
-        let wanted: BTreeMap<String, Oid> = host_bookmarks(&self.repo)?
+        Ok(host_bookmarks(&self.repo)?
             .into_iter()
             .filter(|(b, _)| !mine(b) && git2::Reference::is_valid_name(&format!("refs/remotes/{HOST_REMOTE}/{b}")))
-            .collect();
-        super::git::private::write_ref_dir(dir, &wanted)
+            .collect())
     }
 
     /// The sandbox name, from `forage/<name>`.
@@ -288,7 +286,7 @@ impl JjWorkspace {
     /// Refreshes the agent's view of the host's bookmarks (read-only inside).
     pub fn refresh_view_of_host(&self) -> Result<()> {
         match self.host_refs() {
-            Some(dir) if dir.is_dir() => self.write_host_view(&dir),
+            Some(dir) if dir.is_dir() => super::git::private::write_ref_dir(&dir, &self.host_view()?),
             _ => Ok(()),
         }
     }
