@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""forage-ctl against the raw floor doing the same work, on the same repository and
+image, in one run. Called by benches/lifecycle.sh, which builds forage-ctl first.
+
+Every row times both sides run by run, alternating, and after each timed run
+checks, untimed, that the side did the whole job (the containers running, the
+branches and worktrees there, or all of it gone again): a side that failed stops
+the benchmark with an error instead of timing a failure. Cleanups run every step
+whatever the one before did. Results go to RESULTS/<row>.json; report.py turns
+them into docs/benchmarks.md.
+"""
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+F = os.environ["FORAGE_CTL"]
+WORK = os.environ["WORK"]
+RESULTS = os.path.join(WORK, "results")
+RUNS = int(os.environ.get("RUNS", "10"))
+LARGE_FILES = int(os.environ.get("LARGE_FILES", "50000"))
+LARGE_RUNS = int(os.environ.get("LARGE_RUNS", "3"))
+PARALLEL = int(os.environ.get("PARALLEL", "16"))
+LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").split()]
+FLOOR = os.path.join(WORK, "floor")
+LABEL = "forage-bench=1"
+
+
+class Failed(Exception):
+    pass
+
+
+def sh(cmd, check=True, quiet=True):
+    """Runs a shell command; with `check`, a failure stops the benchmark."""
+    out = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise Failed(f"`{cmd}` exited {out.returncode}:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def attempt(cmd):
+    """A cleanup step: tried, its failure ignored (the next step still runs)."""
+    subprocess.run(["sh", "-c", cmd], capture_output=True)
+
+
+def timed(cmd):
+    start = time.perf_counter()
+    sh(cmd)
+    return time.perf_counter() - start
+
+
+def git(repo, args, check=True):
+    return sh(f"git -C {shlex.quote(repo)} {args}", check=check)
+
+
+def make_repo(path, files):
+    sh(f"git init -q -b main {shlex.quote(path)}")
+    for i in range(files):
+        d = os.path.join(path, f"d{i // 200}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+            f.write(f"file {i}\n" * 3)
+    git(path, "add -A")
+    git(path, "-c user.name=bench -c user.email=bench@example.com commit -qm 'bench repo'")
+
+
+def make_jj_repo(path, files):
+    make_repo(path, files)
+    sh(f"cd {shlex.quote(path)} && jj git init --colocate >/dev/null 2>&1 && jj new >/dev/null 2>&1")
+
+
+# --- what each side must have done -------------------------------------------
+
+def running(names):
+    out = sh("docker ps --format '{{.Names}}'")
+    missing = [n for n in names if n not in out.split()]
+    if missing:
+        raise Failed(f"containers not running: {missing}")
+
+
+def no_containers(names):
+    out = sh("docker ps -a --format '{{.Names}}'")
+    left = [n for n in names if n in out.split()]
+    if left:
+        raise Failed(f"containers left: {left}")
+
+
+def branches(repo, names, present=True):
+    out = git(repo, "for-each-ref --format='%(refname:short)' refs/heads")
+    have = set(out.split())
+    wrong = [n for n in names if (n in have) != present]
+    if wrong:
+        raise Failed(f"branches {'missing' if present else 'left'} in {repo}: {wrong}")
+
+
+def worktrees(repo, paths, present=True):
+    out = git(repo, "worktree list --porcelain")
+    have = {l[len("worktree "):] for l in out.splitlines() if l.startswith("worktree ")}
+    wrong = [p for p in paths if (os.path.realpath(p) in have) != present]
+    if wrong:
+        raise Failed(f"worktrees {'missing' if present else 'left'} in {repo}: {wrong}")
+
+
+def forage_up_done(repo, names):
+    running([f"forage-{n}" for n in names])
+    branches(repo, [f"forage-{n}" for n in names])
+    worktrees(repo, [os.path.join(os.environ["FORAGE_HOME"], "workspaces", n) for n in names])
+
+
+def forage_gone(repo, names):
+    no_containers([f"forage-{n}" for n in names])
+    if repo:
+        branches(repo, [f"forage-{n}" for n in names], present=False)
+    left = sh(f"{F} list -q")
+    if any(n in left.split() for n in names):
+        raise Failed(f"sandboxes left: {left}")
+
+
+def floor_up_done(repo, names):
+    running([f"floor-{n}" for n in names])
+    branches(repo, [f"floor-{n}" for n in names])
+    worktrees(repo, [os.path.join(FLOOR, n) for n in names])
+
+
+def floor_gone(repo, names):
+    no_containers([f"floor-{n}" for n in names])
+    branches(repo, [f"floor-{n}" for n in names], present=False)
+    worktrees(repo, [os.path.join(FLOOR, n) for n in names], present=False)
+
+
+# --- the floor's commands ----------------------------------------------------
+
+def floor_up(repo, name, image):
+    path = os.path.join(FLOOR, name)
+    return (f"git -C {repo} worktree add -q -b floor-{name} {path} && "
+            f"docker run -d -t -i --init --label {LABEL} --name floor-{name} -v {path}:/workspace {image} sh >/dev/null")
+
+
+def floor_up_retrying(repo, name, image, retries_file):
+    """The floor of one of several parallel `up`s: git's own `worktree add` races
+    with itself on one repository (it fails reading another add's half-written
+    entry), so a failed add is undone and tried again, and counted; the time of
+    the retries is the floor's."""
+    path = os.path.join(FLOOR, name)
+    undo = (f"git -C {repo} worktree remove --force {path} 2>/dev/null; rm -rf {path} {repo}/.git/worktrees/{name}; "
+            f"git -C {repo} branch -qD floor-{name} 2>/dev/null")
+    return (f"n=0; until git -C {repo} worktree add -q -b floor-{name} {path} 2>/dev/null; do "
+            f"{undo}; n=$((n+1)); [ $n -lt 20 ] || exit 1; echo x >> {retries_file}; done; "
+            f"docker run -d -t -i --init --label {LABEL} --name floor-{name} -v {path}:/workspace {image} sh >/dev/null")
+
+
+def floor_down(repo, name):
+    path = os.path.join(FLOOR, name)
+    return f"docker rm -f floor-{name} >/dev/null && git -C {repo} worktree remove --force {path} && git -C {repo} branch -qD floor-{name}"
+
+
+def floor_cleanup(repo, name):
+    path = os.path.join(FLOOR, name)
+    attempt(f"docker rm -f floor-{name}")
+    attempt(f"git -C {repo} worktree remove --force {path}")
+    attempt(f"rm -rf {path} {repo}/.git/worktrees/{name}")
+    attempt(f"git -C {repo} branch -qD floor-{name}")
+
+
+def forage_cleanup(*names):
+    for n in names:
+        attempt(f"{F} down {n} --discard -q")
+
+
+# --- one row -----------------------------------------------------------------
+
+def bench(key, runs, sides, warmup=1):
+    """`sides` maps 'forage' and 'floor' to (prepare, command, verify, cleanup);
+    runs alternate between the two. Returns and writes the times."""
+    print(f"==> {key}", flush=True)
+    times = {side: [] for side in sides}
+    for i in range(warmup + runs):
+        for side, (prepare, command, verify, cleanup) in sides.items():
+            try:
+                prepare()
+                t = timed(command)
+                verify()
+            except Failed as e:
+                cleanup()
+                sys.exit(f"benchmark {key}, {side} side, run {i + 1}: {e}")
+            cleanup()
+            if i >= warmup:
+                times[side].append(t)
+    with open(os.path.join(RESULTS, f"{key}.json"), "w") as f:
+        json.dump(times, f)
+    for side, ts in times.items():
+        print(f"    {side}: median {statistics.median(ts) * 1000:.0f} ms over {len(ts)} runs", flush=True)
+    return times
+
+
+def nothing():
+    pass
+
+
+def main():
+    os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(FLOOR, exist_ok=True)
+    print("==> preparing: repositories and images", flush=True)
+    repo = os.path.join(WORK, "repo")
+    make_repo(repo, 50)
+    jj_repo = os.path.join(WORK, "jj-repo")
+    make_jj_repo(jj_repo, 50)
+    sh(f"{F} up warm --workspace {WORK} -q")
+    image = json.loads(sh(f"{F} status warm --json"))["record"]["image"]
+    sh(f"{F} down warm -q")
+    # A template built from a Dockerfile on top of that image (no registry needed),
+    # built once here so that the row measures `up` finding it cached.
+    tpl = os.path.join(WORK, "templates")
+    os.makedirs(os.path.join(tpl, "built"), exist_ok=True)
+    with open(os.path.join(tpl, "built", "Dockerfile"), "w") as f:
+        f.write(f"FROM {image}\nRUN echo built > /built.txt\n")
+    with open(os.path.join(tpl, "built", "template.yaml"), "w") as f:
+        f.write("build: {dockerfile: Dockerfile}\nagent: {command: [sh]}\nstop_signal: SIGHUP\n")
+    os.environ["FORAGE_TEMPLATES_PATH"] = tpl
+    sh(f"{F} up warm-built -t built --workspace {WORK} -q")
+    sh(f"{F} down warm-built -q")
+    built_ctx = os.path.join(tpl, "built")
+    sh(f"docker build -q -t forage-bench-built {built_ctx} >/dev/null")
+
+    q = shlex.quote
+    forage_up = lambda name, r=repo, extra="": f"{F} up {name} --git-worktree {r} -q {extra}"
+    forage_down = lambda name: f"{F} down {name} --discard -q"
+
+    bench("cycle", RUNS, {
+        "forage": (nothing, f"{forage_up('c')} && {forage_down('c')}", lambda: forage_gone(repo, ["c"]), lambda: forage_cleanup("c")),
+        "floor": (nothing, f"{floor_up(repo, 'c', image)} && {floor_down(repo, 'c')}", lambda: floor_gone(repo, ["c"]), lambda: floor_cleanup(repo, "c")),
+    })
+    bench("up", RUNS, {
+        "forage": (nothing, forage_up("u"), lambda: forage_up_done(repo, ["u"]), lambda: forage_cleanup("u")),
+        "floor": (nothing, floor_up(repo, "u", image), lambda: floor_up_done(repo, ["u"]), lambda: floor_cleanup(repo, "u")),
+    })
+    bench("down", RUNS, {
+        "forage": (lambda: sh(forage_up("d")), forage_down("d"), lambda: forage_gone(repo, ["d"]), lambda: forage_cleanup("d")),
+        "floor": (lambda: sh(floor_up(repo, "d", image)), floor_down(repo, "d"), lambda: floor_gone(repo, ["d"]), lambda: floor_cleanup(repo, "d")),
+    })
+    # jj mode against forage's own git-worktree cycle (the goal is relative to it).
+    def jj_done():
+        forage_gone(None, ["j"])
+        if "forage/j" in sh(f"jj -R {q(jj_repo)} bookmark list"):
+            raise Failed("bookmark forage/j left")
+
+    bench("jj-cycle", RUNS, {
+        "forage": (nothing, f"{F} up j --jj {jj_repo} -q && {F} down j --discard -q", jj_done, lambda: forage_cleanup("j")),
+        "floor": (nothing, f"{forage_up('g')} && {forage_down('g')}", lambda: forage_gone(repo, ["g"]), lambda: forage_cleanup("g")),
+    })
+    bench("built", RUNS, {
+        "forage": (nothing, f"{F} up b -t built --git-worktree {repo} -q", lambda: forage_up_done(repo, ["b"]), lambda: forage_cleanup("b")),
+        "floor": (nothing, f"docker build -q -t forage-bench-built {built_ctx} >/dev/null && {floor_up(repo, 'b', 'forage-bench-built')}",
+                  lambda: floor_up_done(repo, ["b"]), lambda: floor_cleanup(repo, "b")),
+    })
+
+    names = [f"p{i}" for i in range(PARALLEL)]
+    retries_file = os.path.join(WORK, "floor-retries")
+    open(retries_file, "w").close()
+    # `wait` alone says nothing about the children: each writes its status.
+    status_dir = os.path.join(WORK, "par-status")
+
+    def with_status(cmd_list):
+        parts = [f"(({c}); echo $? > {status_dir}/{i}) &" for i, c in enumerate(cmd_list)]
+        return " ".join(parts) + " wait; for f in " + status_dir + "/*; do [ \"$(cat $f)\" = 0 ] || exit 1; done"
+
+    par_forage = with_status([forage_up(n) for n in names])
+    par_floor = with_status([floor_up_retrying(repo, n, image, retries_file) for n in names])
+
+    def reset_status():
+        attempt(f"rm -rf {status_dir}")
+        os.makedirs(status_dir)
+
+    def forage_par_cleanup():
+        forage_cleanup(*names)
+
+    def floor_par_cleanup():
+        for n in names:
+            floor_cleanup(repo, n)
+
+    par_runs = min(RUNS, 5)
+    bench("parallel", par_runs, {
+        "forage": (reset_status, par_forage, lambda: forage_up_done(repo, names), forage_par_cleanup),
+        "floor": (reset_status, par_floor, lambda: floor_up_done(repo, names), floor_par_cleanup),
+    })
+    with open(retries_file) as f:
+        retries = len(f.read().split())
+    with open(os.path.join(RESULTS, "parallel-retries.json"), "w") as f:
+        json.dump({"retries": retries, "ups": PARALLEL * (par_runs + 1)}, f)
+
+    for count in LIST_SANDBOXES:
+        print(f"==> {count} sandboxes for list", flush=True)
+        have = len(sh(f"{F} list -q").split())
+        for i in range(have, count):
+            sh(f"{F} up l{i} --workspace {FLOOR} --no-start -q")
+
+        def list_ok(count=count):
+            if len(json.loads(sh(f"{F} list --json"))) != count:
+                raise Failed(f"list does not show {count} sandboxes")
+
+        def ps_ok(count=count):
+            if len(sh("docker ps -a -q --filter label=forage.sandbox").split()) != count:
+                raise Failed(f"docker ps does not show {count} containers")
+
+        bench(f"list-{count}", RUNS, {
+            "forage": (nothing, f"{F} list >/dev/null", list_ok, nothing),
+            "floor": (nothing, "docker ps -a --filter label=forage.sandbox >/dev/null", ps_ok, nothing),
+        }, warmup=2)
+
+    def rss(cmd):
+        out = sh(f"python3 -c 'import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' {cmd}")
+        return int(out.strip())
+
+    memory = {"list": rss(f"{F} list"), "docker_ps": rss("docker ps -a --filter label=forage.sandbox"), "sandboxes": LIST_SANDBOXES[-1]}
+    sh(f"{F} down --all -q")
+    memory["up"] = rss(f"{F} up rss --git-worktree {repo} -q")
+    sh(f"{F} down rss --discard -q")
+    with open(os.path.join(RESULTS, "rss.json"), "w") as f:
+        json.dump(memory, f)
+
+    print(f"==> large repository: {LARGE_FILES} files", flush=True)
+    large = os.path.join(WORK, "large")
+    make_repo(large, LARGE_FILES)
+    bench("large", LARGE_RUNS, {
+        "forage": (nothing, forage_up("big", large), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
+        "floor": (nothing, floor_up(large, "big", image), lambda: floor_up_done(large, ["big"]), lambda: floor_cleanup(large, "big")),
+    }, warmup=0)
+
+
+if __name__ == "__main__":
+    main()
