@@ -26,6 +26,7 @@ LARGE_RUNS = int(os.environ.get("LARGE_RUNS", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "16"))
 LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").split()]
 FLOOR = os.path.join(WORK, "floor")
+HOME = os.environ["FORAGE_HOME"]
 LABEL = "forage-bench=1"
 
 
@@ -302,19 +303,19 @@ def main():
                 raise Failed(f"list does not show {count} sandboxes")
 
         def ps_ok(count=count):
-            if len(sh("docker ps -a -q --filter label=forage.sandbox").split()) != count:
+            if len(sh(f"docker ps -a -q --filter label=forage.home={HOME}").split()) != count:
                 raise Failed(f"docker ps does not show {count} containers")
 
         bench(f"list-{count}", RUNS, {
             "forage": (nothing, f"{F} list >/dev/null", list_ok, nothing),
-            "floor": (nothing, "docker ps -a --filter label=forage.sandbox >/dev/null", ps_ok, nothing),
+            "floor": (nothing, f"docker ps -a --filter label=forage.home={HOME} >/dev/null", ps_ok, nothing),
         }, warmup=2)
 
     def rss(cmd):
         out = sh(f"python3 -c 'import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' {cmd}")
         return int(out.strip())
 
-    memory = {"list": rss(f"{F} list"), "docker_ps": rss("docker ps -a --filter label=forage.sandbox"), "sandboxes": LIST_SANDBOXES[-1]}
+    memory = {"list": rss(f"{F} list"), "docker_ps": rss(f"docker ps -a --filter label=forage.home={HOME}"), "sandboxes": LIST_SANDBOXES[-1]}
     sh(f"{F} down --all -q")
     memory["up"] = rss(f"{F} up rss --git-worktree {repo} -q")
     sh(f"{F} down rss --discard -q")

@@ -43,7 +43,7 @@ def main():
         ("built", "`up` with a template built from a Dockerfile, already cached, vs `docker build` (cached) + `git worktree add` + `docker run`", "", None),
     ]
     rows += [
-        (f"list-{n}", f"`list` with {n} sandboxes vs `docker ps -a --filter label=forage.sandbox`", "≤ 1.0×", 1.0)
+        (f"list-{n}", f"`list` with {n} sandboxes vs `docker ps -a --filter label=forage.home=…`", "≤ 1.0×", 1.0)
         for n in lists
     ]
     rows += [
