@@ -209,7 +209,9 @@ def main():
     make_repo(repo, 50)
     jj_repo = os.path.join(WORK, "jj-repo")
     make_jj_repo(jj_repo, 50)
-    sh(f"{F} up warm --workspace {WORK} -q")
+    direct = os.path.join(WORK, "direct")
+    os.makedirs(direct, exist_ok=True)
+    sh(f"{F} up warm --workspace {direct} -q")
     image = json.loads(sh(f"{F} status warm --json"))["record"]["image"]
     sh(f"{F} down warm -q")
     # A template built from a Dockerfile on top of that image (no registry needed),
@@ -221,7 +223,7 @@ def main():
     with open(os.path.join(tpl, "built", "template.yaml"), "w") as f:
         f.write("build: {dockerfile: Dockerfile}\nagent: {command: [sh]}\nstop_signal: SIGHUP\n")
     os.environ["FORAGE_TEMPLATES_PATH"] = tpl
-    sh(f"{F} up warm-built -t built --workspace {WORK} -q")
+    sh(f"{F} up warm-built -t built --workspace {direct} -q")
     sh(f"{F} down warm-built -q")
     built_ctx = os.path.join(tpl, "built")
     sh(f"docker build -q -t forage-bench-built {built_ctx} >/dev/null")

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod host_paths;
 pub mod names;
 pub mod progress;
 pub mod runtime;

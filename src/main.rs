@@ -24,7 +24,7 @@ fn main() {
     let code = match runtime.block_on(forage::cli::run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("forage-ctl: error: {err}");
+            eprintln!("forage-ctl: error: {}", forage::cli::shown_text(&err.to_string()));
             err.exit_code()
         }
     };

@@ -15,9 +15,16 @@ pub const LABEL_WORKSPACE: &str = "forage.workspace";
 pub const NAME_RULE: &str =
     "1-63 characters: lowercase letters, digits, '_', '.', '-', starting with a letter or digit";
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
 pub struct SandboxName(String);
+
+/// As the name itself, quoted: `{name:?}` reads `"agent-a"` in a message.
+impl fmt::Debug for SandboxName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 impl SandboxName {
     pub fn parse(raw: &str) -> Result<Self, String> {

@@ -6,6 +6,9 @@ pub trait Progress {
     fn step(&self, message: &str);
     /// The current step has finished; the renderer may clear its line.
     fn finish(&self) {}
+    /// Something the user should read even without a terminal (a wait on
+    /// another command, say); not with `--quiet`.
+    fn note(&self, _message: &str) {}
 }
 
 /// For scripts, tests and `--quiet`.

@@ -14,7 +14,9 @@ use crate::names::SandboxName;
 use crate::sandbox::journal::Step;
 use crate::workspace::WorkspaceRecord;
 
-pub const RECORD_VERSION: u32 = 1;
+/// 2: git and jj sandboxes have a private repository (version 1 records load as
+/// sandboxes of an older forage).
+pub const RECORD_VERSION: u32 = 2;
 
 /// In FORAGE_HOME/private/<name>: the sandbox's workspace, as `up` made it.
 const WORKSPACE_SIDECAR: &str = "workspace.json";
@@ -137,30 +139,55 @@ impl Home {
         fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))
     }
 
-    /// Reads one record; `None` when the sandbox has no record.
+    /// Reads one record; `None` when the sandbox has no record. A record that
+    /// cannot be read (corrupt, or written by a newer forage) is an error that
+    /// says which and what to do.
     pub fn load(&self, name: &SandboxName) -> Result<Option<Record>> {
-        let path = self.record_path(name);
-        match fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).context(|| {
-                format!(
-                    "reading the record {} (corrupt? move it aside and remove the sandbox's container by hand)",
-                    path.display()
-                )
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::other(format!("reading {}: {e}", path.display()))),
+        match self.read_record(name) {
+            Ok(r) => Ok(r),
+            Err(bad) => Err(Error::Other(bad.message())),
         }
     }
 
-    /// Every record, sorted by name. Unreadable records are reported, not hidden.
-    pub fn load_all(&self) -> Result<Vec<Record>> {
+    /// True if the sandbox has a record, readable or not.
+    pub fn record_exists(&self, name: &SandboxName) -> bool {
+        self.record_path(name).exists()
+    }
+
+    fn read_record(&self, name: &SandboxName) -> std::result::Result<Option<Record>, BadRecord> {
+        let path = self.record_path(name);
+        let bad =
+            |problem: Problem, detail: String| BadRecord { name: name.clone(), path: path.clone(), problem, detail };
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(bad(Problem::Unreadable, e.to_string())),
+        };
+        #[derive(Deserialize)]
+        struct Version {
+            version: u32,
+        }
+        match serde_json::from_slice::<Version>(&bytes) {
+            Ok(v) if v.version > RECORD_VERSION => {
+                let detail = format!("record version {}, this forage reads up to {RECORD_VERSION}", v.version);
+                return Err(bad(Problem::UnsupportedVersion, detail));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(bad(Problem::Corrupt, e.to_string())),
+        }
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| bad(Problem::Corrupt, e.to_string()))
+    }
+
+    /// Every readable record, sorted by name, and every record that cannot be
+    /// read: one bad record never hides the others.
+    pub fn load_all(&self) -> Result<(Vec<Record>, Vec<BadRecord>)> {
         let dir = self.sandboxes_dir();
         let entries = match fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
             Err(e) => return Err(Error::other(format!("reading {}: {e}", dir.display()))),
         };
-        let mut records = Vec::new();
+        let (mut records, mut bad) = (Vec::new(), Vec::new());
         for entry in entries {
             let entry = entry.context(|| format!("reading {}", dir.display()))?;
             let file_name = entry.file_name();
@@ -170,12 +197,15 @@ impl Home {
             let Ok(name) = SandboxName::parse(stem) else {
                 continue;
             };
-            if let Some(r) = self.load(&name)? {
-                records.push(r);
+            match self.read_record(&name) {
+                Ok(Some(r)) => records.push(r),
+                Ok(None) => {}
+                Err(b) => bad.push(b),
             }
         }
         records.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(records)
+        bad.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((records, bad))
     }
 
     /// Creates the record, failing with `Conflict` if one exists: the one place where
@@ -277,10 +307,12 @@ impl Home {
 
     /// Serialises changes to one repository's metadata (worktrees, branches, jj ops).
     pub fn lock_repo(&self, repo: &Path) -> Result<Lock> {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
-        let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-        self.lock(&format!("repo-{key}"), true).map(|l| l.expect("blocking lock always returns"))
+        self.lock(&repo_lock_key(repo), true).map(|l| l.expect("blocking lock always returns"))
+    }
+
+    /// `None` when another process holds the repository's lock.
+    pub fn try_lock_repo(&self, repo: &Path) -> Result<Option<Lock>> {
+        self.lock(&repo_lock_key(repo), false)
     }
 
     fn lock(&self, key: &str, block: bool) -> Result<Option<Lock>> {
@@ -330,6 +362,14 @@ impl Drop for Lock {
     }
 }
 
+/// `repo-<first 16 hex digits of the SHA-256 of the path>`.
+fn repo_lock_key(repo: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(repo.as_os_str().as_encoded_bytes());
+    let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("repo-{key}")
+}
+
 fn write_temp(final_path: &Path, bytes: &[u8]) -> Result<PathBuf> {
     let file_name = final_path.file_name().and_then(|f| f.to_str()).unwrap_or("record");
     let tmp = final_path.with_file_name(format!(".{file_name}.{}.tmp", std::process::id()));
@@ -346,6 +386,56 @@ fn write_temp(final_path: &Path, bytes: &[u8]) -> Result<PathBuf> {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).context(|| format!("syncing {}", dir.display()))
+}
+
+/// A record `load_all` could not read.
+#[derive(Debug, Clone, Serialize)]
+pub struct BadRecord {
+    pub name: SandboxName,
+    pub path: PathBuf,
+    pub problem: Problem,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Problem {
+    /// Not valid JSON, or not a record.
+    Corrupt,
+    /// Written by a newer forage.
+    UnsupportedVersion,
+    /// The file cannot be read at all (permissions).
+    Unreadable,
+}
+
+impl Problem {
+    /// The word `list` shows as the sandbox's status.
+    pub fn word(self) -> &'static str {
+        match self {
+            Problem::Corrupt => "corrupt",
+            Problem::UnsupportedVersion => "unsupported version",
+            Problem::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl BadRecord {
+    pub fn message(&self) -> String {
+        let fix = match self.problem {
+            Problem::UnsupportedVersion => "use the newer forage-ctl that made it".to_owned(),
+            _ => format!(
+                "move it aside, and remove the sandbox's container (forage-{}) and workspace by hand",
+                self.name
+            ),
+        };
+        format!(
+            "the record {} of sandbox {} is {} ({}); {fix}",
+            self.path.display(),
+            self.name,
+            self.problem.word(),
+            self.detail
+        )
+    }
 }
 
 /// Where a sandbox is in its life. `Creating` with no `up` holding its lock means

@@ -285,8 +285,18 @@ pub fn resolve(name: &str) -> Result<Resolved> {
     for dir in search_path() {
         for candidate in [dir.join(format!("{name}.yaml")), dir.join(name).join("template.yaml")] {
             if candidate.is_file() {
-                let text = std::fs::read_to_string(&candidate)
-                    .map_err(|e| Error::Usage(format!("cannot read template {}: {e}", candidate.display())))?;
+                let unreadable =
+                    |e: std::io::Error| Error::Usage(format!("cannot read template {}: {e}", candidate.display()));
+                // Read no more than one byte past the limit `parse` enforces.
+                let mut text = String::new();
+                std::fs::File::open(&candidate)
+                    .and_then(|f| {
+                        std::io::Read::read_to_string(
+                            &mut std::io::Read::take(f, MAX_TEMPLATE_BYTES as u64 + 1),
+                            &mut text,
+                        )
+                    })
+                    .map_err(unreadable)?;
                 let template = parse(&text, &candidate.display().to_string())?;
                 return Ok(Resolved {
                     name: name.into(),
@@ -301,14 +311,20 @@ pub fn resolve(name: &str) -> Result<Resolved> {
         let template = parse(b.yaml, &format!("built-in template {name}"))?;
         return Ok(Resolved { name: name.into(), origin: Origin::Builtin, template, builtin_dockerfile: b.dockerfile });
     }
+    let suggestion = closest(name, &names()).map(|n| format!("did you mean {n:?}? ")).unwrap_or_default();
     Err(Error::NotFound(format!(
-        "template {name:?} not found; `forage-ctl templates` lists the available ones (searched {} and the built-ins)",
+        "template {name:?} not found; {suggestion}`forage-ctl templates` lists the available ones (searched {} and the built-ins)",
         search_path().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
     )))
 }
 
 /// Every template visible on the search path, shadowed ones omitted.
 pub fn list() -> Result<Vec<Resolved>> {
+    names().iter().map(|n| resolve(n)).collect()
+}
+
+/// The names of every template on the search path and of the built-ins, sorted.
+fn names() -> Vec<String> {
     let mut names: Vec<String> = BUILTINS.iter().map(|b| b.name.to_string()).collect();
     for dir in search_path() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -330,11 +346,91 @@ pub fn list() -> Result<Vec<Resolved>> {
         }
     }
     names.sort();
-    names.iter().map(|n| resolve(n)).collect()
+    names
+}
+
+/// The template name closest to a mistyped `wanted`, if one is close: one holds
+/// the other (`claude-code` for `claude`), or few letters differ.
+fn closest(wanted: &str, names: &[String]) -> Option<String> {
+    let distance = |a: &str, b: &str| {
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for i in 1..=a.len() {
+            let mut prev = row[0];
+            row[0] = i;
+            for j in 1..=b.len() {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let next = (row[j] + 1).min(row[j - 1] + 1).min(prev + cost);
+                prev = row[j];
+                row[j] = next;
+            }
+        }
+        row[b.len()]
+    };
+    names
+        .iter()
+        .map(|n| {
+            let score = if wanted.contains(n.as_str()) || n.contains(wanted) { 0 } else { distance(wanted, n) };
+            (score, n)
+        })
+        .filter(|(score, n)| *score <= (n.len() / 3).max(1))
+        .min()
+        .map(|(_, n)| n.clone())
+}
+
+/// Templates are short files: anything bigger, or nested deeper, than this is a
+/// mistake or an attack (the YAML parser takes minutes on deep nesting), refused
+/// before it is parsed.
+const MAX_TEMPLATE_BYTES: usize = 64 << 10;
+const MAX_NESTING: usize = 32;
+const MAX_INDENT: usize = 128;
+
+/// Refuses a template too big or too deeply nested, naming file:line.
+fn check_shape(text: &str, source: &str) -> Result<()> {
+    if text.len() > MAX_TEMPLATE_BYTES {
+        return Err(Error::Usage(format!(
+            "{source}: the template is larger than {} KiB, the most a template may be",
+            MAX_TEMPLATE_BYTES >> 10
+        )));
+    }
+    let too_deep = |line: usize| {
+        Error::Usage(format!("{source}:{line}: nested more than {MAX_NESTING} levels deep; templates are flat"))
+    };
+    let mut depth: usize = 0;
+    for (i, line) in text.lines().enumerate() {
+        if line.len() - line.trim_start().len() > MAX_INDENT {
+            return Err(too_deep(i + 1));
+        }
+        let mut quote: Option<char> = None;
+        let mut chars = line.chars().peekable();
+        let mut previous = ' ';
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (Some('"'), '\\') => {
+                    chars.next();
+                }
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') if previous.is_whitespace() => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    if depth > MAX_NESTING {
+                        return Err(too_deep(i + 1));
+                    }
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            previous = c;
+        }
+    }
+    Ok(())
 }
 
 /// Parses and validates a template; errors carry `source:line:column`.
 pub fn parse(text: &str, source: &str) -> Result<Template> {
+    check_shape(text, source)?;
     let template: Template = serde_yaml_ng::from_str(text).map_err(|e| {
         let at =
             e.location().map(|l| format!("{source}:{}:{}", l.line(), l.column())).unwrap_or_else(|| source.to_owned());
@@ -344,12 +440,81 @@ pub fn parse(text: &str, source: &str) -> Result<Template> {
     Ok(template)
 }
 
+/// Checks an image reference as the engine parses one
+/// (`[host[:port]/]path[:tag][@sha256:hex]`), so that a bad one is refused with
+/// a clear word before Docker is asked.
+pub fn check_image_reference(reference: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{reference:?} is not an image reference ({why}); write it as name[:tag][@sha256:digest], e.g. ubuntu:24.04 or ghcr.io/org/agent:1"
+        ))
+    };
+    let (rest, digest) = match reference.split_once('@') {
+        Some((rest, digest)) => (rest, Some(digest)),
+        None => (reference, None),
+    };
+    if let Some(digest) = digest {
+        let ok = digest.strip_prefix("sha256:").is_some_and(|hex| {
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+        if !ok {
+            return bad("a digest is sha256: and 64 lowercase hex digits");
+        }
+    }
+    // A tag follows the last ':' after the last '/' (a ':' before it is a port).
+    let (name, tag) = match rest.rfind(':').filter(|i| !rest[*i..].contains('/')) {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let mut chars = tag.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !first_ok || tag.len() > 128 || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
+            return bad("a tag is up to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'");
+        }
+    }
+    if name.is_empty() || name.len() > 255 {
+        return bad("the name is empty or longer than 255 characters");
+    }
+    let mut parts: Vec<&str> = name.split('/').collect();
+    // The first part is a registry host if it looks like one.
+    if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost") {
+        let host = parts.remove(0);
+        let (host, port) = host.split_once(':').unwrap_or((host, ""));
+        let host_ok = !host.is_empty()
+            && host.split('.').all(|l| {
+                !l.is_empty()
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !host_ok || !(port.is_empty() || port.parse::<u16>().is_ok()) {
+            return bad("the registry host or port is invalid");
+        }
+    }
+    for part in parts {
+        let separators_ok = !part.is_empty()
+            && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+            && part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && !part.contains("..")
+            && !part.contains("___");
+        if !separators_ok {
+            return bad("each part of the name is lowercase letters and digits, separated by '.', '_', '__' or dashes");
+        }
+    }
+    Ok(())
+}
+
 fn validate(t: &Template) -> Result<(), String> {
     let sources = [t.image.is_some(), t.build.is_some(), t.host_image.is_some()];
     match sources.iter().filter(|s| **s).count() {
         1 => {}
         0 => return Err("set one of `image` (an image in the engine), `build` or `host_image`".into()),
         _ => return Err("set only one of `image`, `build` and `host_image`".into()),
+    }
+    if let Some(image) = &t.image {
+        check_image_reference(image).map_err(|why| format!("image: {why}"))?;
     }
     for (var, secret) in &t.agent.secrets {
         if !env_name_ok(var) {
@@ -375,6 +540,11 @@ fn validate(t: &Template) -> Result<(), String> {
     }
     if t.agent.command.is_empty() {
         return Err("`agent.command` is empty: name the program the sandbox runs".into());
+    }
+    // No program can be given a NUL byte: the engine would fail to start it.
+    let with_nul = t.agent.command.iter().chain(&t.init).chain(t.agent.env.values()).find(|a| a.contains('\0'));
+    if let Some(arg) = with_nul {
+        return Err(format!("{arg:?} holds a NUL character (\\0 in YAML), which no command or environment can carry"));
     }
     parse_memory(&t.resources.memory)?;
     if t.resources.cpus.is_nan() || t.resources.cpus <= 0.0 {
@@ -418,6 +588,47 @@ mod tests {
         let err =
             parse("image: x\nagent: {command: [sh]}\nresources: {pids: many}\n", "t.yaml").unwrap_err().to_string();
         assert!(err.starts_with("t.yaml:3:"), "{err}");
+    }
+
+    #[test]
+    fn image_references_are_checked_as_the_engine_parses_them() {
+        for ok in [
+            "ubuntu",
+            "ubuntu:24.04",
+            "forage-host/shell:984693ae91412137",
+            "ghcr.io/org/agent:1",
+            "localhost:5000/a/b_c__d-e:v1.2",
+            "registry.example.com:443/x",
+            "node@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(check_image_reference(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "Ubuntu",
+            "ubuntu:",
+            "ubuntu:-x",
+            "a//b",
+            "a/b/",
+            "-a",
+            "a b",
+            "a@sha256:xyz",
+            "ex ample.com/a",
+            "a:b:c",
+            "a..b",
+        ] {
+            let err = check_image_reference(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_mistyped_template_name_gets_the_closest_one() {
+        let names: Vec<String> = ["aider", "claude", "codex", "opencode", "review", "shell"].map(String::from).into();
+        assert_eq!(closest("claude-code", &names).as_deref(), Some("claude"));
+        assert_eq!(closest("shel", &names).as_deref(), Some("shell"));
+        assert_eq!(closest("codx", &names).as_deref(), Some("codex"));
+        assert_eq!(closest("kubernetes", &names), None);
     }
 
     #[test]

@@ -14,7 +14,22 @@ pub fn run(args: CompletionsArgs) -> Result<i32> {
     Ok(0)
 }
 
-pub fn man() -> Result<i32> {
-    clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Error::other)?;
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write every page (forage-ctl.1 and one forage-ctl-COMMAND.1 per command,
+    /// which forage-ctl.1 refers to) into this directory, made if missing,
+    /// instead of printing forage-ctl.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+pub fn man(args: ManArgs) -> Result<i32> {
+    let Some(dir) = args.dir else {
+        clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Error::other)?;
+        return Ok(0);
+    };
+    let failed = |e: std::io::Error| Error::Other(format!("writing the man pages into {}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(failed)?;
+    clap_mangen::generate_to(Cli::command(), &dir).map_err(failed)?;
     Ok(0)
 }

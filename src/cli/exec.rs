@@ -18,8 +18,9 @@ pub struct ExecArgs {
     /// Allocate a TTY.
     #[arg(short, long)]
     pub tty: bool,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (everything after NAME and the options, as
+    /// `docker exec` takes it; `--` before it works too).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 

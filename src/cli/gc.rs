@@ -24,20 +24,20 @@ pub async fn run(ctx: &Ctx, args: GcArgs) -> Result<i32> {
         print_json(&findings)?;
     } else if findings.is_empty() {
         if !ctx.quiet {
-            println!("nothing to clean up");
+            say!("nothing to clean up");
         }
     } else {
         for f in &findings {
             let verb = if args.force { "" } else { "would " };
             let kind = serde_json::to_value(&f.kind).unwrap_or_default();
-            println!("{}: {} ({})", kind.as_str().unwrap_or(""), f.subject, f.why);
+            say!("{}: {} ({})", kind.as_str().unwrap_or(""), f.subject, f.why);
             match &f.error {
-                Some(e) => println!("  FAILED to {}: {e}", f.action),
-                None => println!("  {verb}{}", f.action),
+                Some(e) => say!("  FAILED to {}: {e}", f.action),
+                None => say!("  {verb}{}", f.action),
             }
         }
         if !args.force && !ctx.quiet {
-            println!("dry run: `forage-ctl gc --force` acts on the findings above");
+            say!("dry run: `forage-ctl gc --force` acts on the findings above");
         }
     }
     Ok(if failed > 0 { 1 } else { 0 })

@@ -2,7 +2,7 @@ use clap::Args;
 use tabled::settings::Style;
 use tabled::{Table, Tabled};
 
-use super::render::{age, print_json};
+use super::render::{age, print_json, shown};
 use super::Ctx;
 use crate::error::Result;
 use crate::progress::Silent;
@@ -39,19 +39,19 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<i32> {
         print_json(&rows)?;
     } else if ctx.quiet {
         for r in &rows {
-            println!("{}", r.name);
+            say!("{}", r.name);
         }
     } else {
         let table: Vec<Row> = rows
             .into_iter()
             .map(|r| Row {
                 age: r.created_at.map(age).unwrap_or_else(|| "-".into()),
-                branch: r.branch.unwrap_or_else(|| "-".into()),
-                name: r.name,
+                branch: shown(r.branch.as_deref().unwrap_or("-")),
+                name: shown(&r.name),
                 mode: r.mode,
-                template: r.template,
+                template: shown(&r.template),
                 status: r.status,
-                workspace: r.workspace,
+                workspace: shown(&r.workspace),
             })
             .collect();
         println!("{}", Table::new(table).with(Style::blank()));

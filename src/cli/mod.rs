@@ -1,6 +1,13 @@
 //! Command-line parsing, one file per command. Commands map arguments into the
 //! library's requests and render the results; they decide nothing themselves.
 
+/// `println!` for text that may hold names the agent chose: escaped (`render::shown`).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::cli::shown(&format!($($arg)*)))
+    };
+}
+
 mod attach;
 mod completions;
 mod down;
@@ -10,6 +17,7 @@ mod lifecycle;
 mod list;
 mod logs;
 mod render;
+pub use render::{shown, shown_text};
 mod reset;
 mod restore;
 mod status;
@@ -85,8 +93,8 @@ pub enum Command {
     Templates(templates::TemplatesArgs),
     /// Print shell completions.
     Completions(completions::CompletionsArgs),
-    /// Print the man page (roff).
-    Man,
+    /// Print the man page (roff), or write every page with --dir.
+    Man(completions::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,6 +149,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Gc(args) => gc::run(&ctx, args).await,
         Command::Templates(args) => templates::run(args),
         Command::Completions(args) => completions::run(args),
-        Command::Man => completions::man(),
+        Command::Man(args) => completions::man(args),
     }
 }

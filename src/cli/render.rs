@@ -36,12 +36,51 @@ impl Progress for Spinner {
             bar.finish_and_clear();
         }
     }
+
+    fn note(&self, message: &str) {
+        let line = format!("forage-ctl: {}", shown(message));
+        match &self.0 {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 impl Drop for Spinner {
     fn drop(&mut self) {
         self.finish();
     }
+}
+
+/// `text` safe to print on a terminal: control characters (escape sequences
+/// among them), and the invisible ones that reorder or hide text, written as
+/// `\x1b` or `\u{202e}`. Names and paths the agent chose (file names, branch
+/// names, its output in error messages) reach the terminal only through this.
+pub fn shown(text: &str) -> String {
+    escape(text, false)
+}
+
+/// As `shown`, but keeping line breaks and tabs: for messages of several lines.
+pub fn shown_text(text: &str) -> String {
+    escape(text, true)
+}
+
+fn escape(text: &str, keep_lines: bool) -> String {
+    let invisible =
+        |c: char| matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if keep_lines && (c == '\n' || c == '\t') {
+            out.push(c);
+        } else if (c as u32) < 0x100 && c.is_control() {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else if c.is_control() || invisible(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
@@ -60,5 +99,18 @@ pub fn age(epoch_secs: u64) -> String {
         60..=3599 => format!("{}m", s / 60),
         3600..=86_399 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_and_invisible_characters_are_written_out() {
+        assert_eq!(shown("a\x1b[31mred\x07\n"), "a\\x1b[31mred\\x07\\x0a");
+        assert_eq!(shown("evil\u{202e}txt.exe\u{9b}"), "evil\\u{202e}txt.exe\\x9b");
+        assert_eq!(shown_text("line\n\tnext\x1b"), "line\n\tnext\\x1b");
+        assert_eq!(shown("plain ünïcode/path"), "plain ünïcode/path");
     }
 }

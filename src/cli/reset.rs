@@ -10,7 +10,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let record = ctx.engine(&docker, progress.as_ref()).reset(&args.name, template::resolve).await?;
     progress.finish();
     if !ctx.quiet {
-        println!(
+        say!(
             "sandbox {} has a new container {} (template {}, image {}); workspace {} untouched",
             record.name,
             record.container,

@@ -39,12 +39,12 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     }
     let branch = args.branch.clone().unwrap_or_else(|| args.name.branch());
     if !args.up {
-        engine.restore_branch(&entry, &branch)?;
+        engine.restore_branch(&entry, &branch).await?;
         if !ctx.quiet {
             let what = if entry.mode == Mode::Jj { "bookmark" } else { "branch" };
-            println!("restored {} as {what} {branch} in {}", entry.refname, entry.repo.display());
+            say!("restored {} as {what} {branch} in {}", entry.refname, entry.repo.display());
             if entry.mode != Mode::Jj {
-                println!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+                say!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
             }
         }
         return Ok(0);
@@ -70,6 +70,6 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     };
     let mut request = UpRequest::new(args.name, template::resolve(&entry.template)?, workspace);
     request.options.secrets = super::up::secret_files(&args.secrets)?;
-    crate::sandbox::preflight(&request)?;
+    crate::sandbox::preflight(&request, ctx.home.root())?;
     super::up::bring_up(ctx, request).await
 }

@@ -23,48 +23,52 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
         return Ok(0);
     }
     let r = &s.record;
-    println!("name:       {}", r.name);
-    println!("status:     {}", s.row.status);
-    println!("mode:       {}", r.workspace.mode());
-    println!("workspace:  {}", r.workspace.host_path().display());
+    say!("name:       {}", r.name);
+    say!("status:     {}", s.row.status);
+    say!("mode:       {}", r.workspace.mode());
+    say!("workspace:  {}", r.workspace.host_path().display());
     if let Some(e) = &s.sync_error {
-        println!("sync:       FAILED: {e}");
+        say!("sync:       FAILED: {e}");
     }
     if let Some(head) = match &s.sync {
         Some(crate::sandbox::Synced::Git(r)) => r.agent_head.as_deref(),
         _ => None,
     } {
-        println!("agent HEAD: {head}");
+        say!("agent HEAD: {head}");
     }
     if let Some(g) = &s.git {
         let (kind, change) = if r.workspace.mode() == Mode::Jj { ("bookmark", "change") } else { ("branch", "commit") };
         let plural = |n: usize| format!("{n} {change}{}", if n == 1 { "" } else { "s" });
-        println!("{:<12}{}", format!("{kind}:"), g.branch);
-        let base = g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/")).unwrap_or(&g.base);
-        println!("base:       {base} ({} ahead, {} behind)", plural(g.ahead), plural(g.behind));
+        say!("{:<12}{}", format!("{kind}:"), g.branch);
+        let short_ids = || g.base.split(',').map(|id| &id[..id.len().min(12)]).collect::<Vec<_>>().join(", ");
+        let base =
+            g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/").to_owned()).unwrap_or_else(short_ids);
+        say!("base:       {base} ({} ahead, {} behind)", plural(g.ahead), plural(g.behind));
         if g.dirty.is_empty() {
-            println!("changes:    none uncommitted");
+            say!("changes:    none uncommitted");
         }
         for f in &g.dirty {
-            println!("changed:    {f}");
+            say!("changed:    {f}");
         }
     }
-    println!("template:   {}", r.template);
-    println!("image:      {}", r.image);
-    println!("container:  {}", r.container);
-    println!("created:    {} ago", age(r.created_at));
+    say!("template:   {}", r.template);
+    say!("image:      {}", r.image);
+    say!("container:  {}", r.container);
+    say!("created:    {} ago", age(r.created_at));
     match &s.container {
         Some(c) => {
-            println!("id:         {}", &c.id[..c.id.len().min(12)]);
+            say!("id:         {}", &c.id[..c.id.len().min(12)]);
             if let Some(code) = c.exit_code.filter(|_| matches!(c.state.as_str(), "exited" | "dead")) {
-                println!("exit code:  {code}");
+                say!("exit code:  {code}");
             }
-            for m in &c.mounts {
+            let mut mounts: Vec<_> = c.mounts.iter().collect();
+            mounts.sort_by(|a, b| a.target.cmp(&b.target));
+            for m in mounts {
                 let mode = if m.read_only { "ro" } else { "rw" };
-                println!("mount:      {} -> {} ({mode})", m.source.display(), m.target);
+                say!("mount:      {} -> {} ({mode})", m.source.display(), m.target);
             }
         }
-        None => println!(
+        None => say!(
             "(the container is gone; `forage-ctl reset {0}` makes a new one, `forage-ctl down {0}` cleans up)",
             r.name
         ),

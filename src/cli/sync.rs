@@ -38,27 +38,25 @@ fn short(id: &str) -> &str {
 
 fn print_git(report: &SyncReport) {
     match (report.new_commits, report.after.as_deref().map(short)) {
-        (_, None) => println!("{}: the branch is gone from the host repository; nothing to sync onto", report.branch),
-        (0, Some(tip)) if report.before == report.after => println!("{} is up to date ({tip})", report.branch),
-        (0, Some(tip)) => println!("{} moved to {tip} (the agent rewrote its branch)", report.branch),
-        (n, Some(tip)) => println!(
-            "{} moved to {tip}: {n} new commit{} from the sandbox",
-            report.branch,
-            if n == 1 { "" } else { "s" }
-        ),
+        (_, None) => say!("{}: the branch is gone from the host repository; nothing to sync onto", report.branch),
+        (0, Some(tip)) if report.before == report.after => say!("{} is up to date ({tip})", report.branch),
+        (0, Some(tip)) => say!("{} moved to {tip} (the agent rewrote its branch)", report.branch),
+        (n, Some(tip)) => {
+            say!("{} moved to {tip}: {n} new commit{} from the sandbox", report.branch, if n == 1 { "" } else { "s" })
+        }
     }
     if let Some(head) = &report.agent_head {
-        println!("  note: the agent's HEAD is {head}; only {} is synced (`down` archives the rest)", report.branch);
+        say!("  note: the agent's HEAD is {head}; only {} is synced (`down` archives the rest)", report.branch);
     }
 }
 
 fn print_jj(sync: &JjSync) {
     let changes = format!("{} change{}", sync.changes, if sync.changes == 1 { "" } else { "s" });
     match sync.heads.first() {
-        None => println!("{}: no changes of the agent's yet (no bookmark)", sync.bookmark),
-        Some(head) => println!("{} at {} ({changes} of the agent's)", sync.bookmark, short(head)),
+        None => say!("{}: no changes of the agent's yet (no bookmark)", sync.bookmark),
+        Some(head) => say!("{} at {} ({changes} of the agent's)", sync.bookmark, short(head)),
     }
     if sync.heads.len() > 1 {
-        println!("  and {} more heads, as forage-heads/… bookmarks", sync.heads.len() - 1);
+        say!("  and {} more heads, as forage-heads/… bookmarks", sync.heads.len() - 1);
     }
 }

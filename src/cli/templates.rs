@@ -26,7 +26,7 @@ pub fn run(args: TemplatesArgs) -> Result<i32> {
             if args.json {
                 print_json(&serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}))?;
             } else {
-                println!("# {} ({})", t.name, t.origin);
+                say!("# {} ({})", t.name, t.origin);
                 print!("{}", serde_yaml_ng::to_string(&t.template).map_err(Error::other)?);
             }
         }
@@ -41,9 +41,9 @@ pub fn run(args: TemplatesArgs) -> Result<i32> {
             } else {
                 let width = all.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
                 let desc = all.iter().map(|t| t.template.description.len()).max().unwrap_or(11).max(11);
-                println!("{:width$}  {:desc$}  SOURCE", "NAME", "DESCRIPTION");
+                say!("{:width$}  {:desc$}  SOURCE", "NAME", "DESCRIPTION");
                 for t in &all {
-                    println!("{:width$}  {:desc$}  {}", t.name, t.template.description, t.origin);
+                    say!("{:width$}  {:desc$}  {}", t.name, t.template.description, t.origin);
                 }
             }
         }

@@ -60,6 +60,9 @@ pub struct UpArgs {
     /// Mount the workspace read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// Allow a --workspace or template mount that is (or holds) your home directory.
+    #[arg(long)]
+    pub allow_home: bool,
     /// Create everything but do not start the container.
     #[arg(long)]
     pub no_start: bool,
@@ -122,7 +125,7 @@ pub fn workspace_request(ctx: &Ctx, args: &UpArgs) -> Result<WorkspaceRequest> {
                     "--base and --branch need a repository: use --git-worktree REPO, --jj REPO or --repo REPO instead of --workspace".into(),
                 ));
             }
-            return Ok(WorkspaceRequest::Direct(DirectPath::validate(path)?));
+            return Ok(WorkspaceRequest::Direct(DirectPath::validate(path, ctx.home.root(), args.allow_home)?));
         }
         (None, Some(repo), ..) => (Mode::GitWorktree, repo),
         (None, None, Some(repo), _) => (Mode::Jj, repo),
@@ -153,6 +156,9 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     // Everything that can be checked without Docker is checked first.
     ensure_name_free(&ctx.home, &args.name)?;
     let template = template::resolve(&args.template)?;
+    if let Some(image) = &args.image {
+        template::check_image_reference(image).map_err(|why| Error::Usage(format!("--image: {why}")))?;
+    }
     if let Some(memory) = &args.memory {
         template::parse_memory(memory).map_err(Error::Usage)?;
     }
@@ -168,11 +174,12 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
         memory: args.memory,
         cpus: args.cpus,
         read_only: args.read_only,
+        allow_home: args.allow_home,
         agent_args: args.agent_args,
         secrets,
     };
     let request = UpRequest { name: args.name, template, workspace, options, start: !args.no_start };
-    crate::sandbox::preflight(&request)?;
+    crate::sandbox::preflight(&request, ctx.home.root())?;
     bring_up(ctx, request).await
 }
 
@@ -193,14 +200,14 @@ pub async fn bring_up(ctx: &Ctx, request: UpRequest) -> Result<i32> {
             (_, Some(b)) => format!(" on branch {b}"),
             _ => String::new(),
         };
-        println!(
+        say!(
             "sandbox {n} is {}: container {}, workspace {} ({}{branch})",
             if started { "up" } else { "created" },
             record.container,
             record.workspace.host_path().display(),
             record.workspace.mode()
         );
-        println!("  attach: forage-ctl attach {n}   shell: forage-ctl shell {n}   remove: forage-ctl down {n}");
+        say!("  attach: forage-ctl attach {n}   shell: forage-ctl shell {n}   remove: forage-ctl down {n}");
     }
     Ok(0)
 }

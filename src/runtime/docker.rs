@@ -54,6 +54,20 @@ impl Docker {
         Ok(Docker { api })
     }
 
+    /// Waits (up to a minute) until the engine no longer knows container `name`.
+    async fn wait_until_gone(&self, name: &str) -> Result<()> {
+        for _ in 0..600 {
+            match self.api.inspect_container(name, None::<InspectContainerOptions>).await {
+                Err(e) if is_docker_not_found(&e) => return Ok(()),
+                Err(e) => return Err(Error::docker(format!("waiting for container {name} to be removed"), e)),
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        }
+        Err(Error::Other(format!(
+            "container {name} is still being removed after a minute; run the command again once `docker ps -a` no longer shows it"
+        )))
+    }
+
     /// Reads one file out of a (possibly stopped) container; `None` if it is absent.
     async fn read_file(&self, container: &str, path: &str) -> Result<Option<String>> {
         let stream = self.api.download_from_container(container, Some(DownloadFromContainerOptions { path }));
@@ -251,8 +265,10 @@ impl Runtime for Docker {
         match self.api.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_docker_not_found(&e) => Ok(()),
-            // 409: removal already in progress (a concurrent down); wait for it below.
-            Err(e) if is_docker_conflict(&e) => Ok(()),
+            // 409: another removal is in progress (a concurrent down, or the
+            // engine's own). The container must be gone before the caller goes on
+            // to delete the workspace it mounts, so wait until it is.
+            Err(e) if is_docker_conflict(&e) => self.wait_until_gone(name).await,
             Err(e) => Err(Error::docker(format!("removing container {name}"), e)),
         }
     }
@@ -317,6 +333,53 @@ impl Runtime for Docker {
         let removed = self.remove(&spec.name).await;
         let ran = ran?;
         removed.map(|()| ran)
+    }
+
+    async fn has_program(&self, container: &str, program: &str) -> Result<bool> {
+        let candidates: Vec<String> = if program.contains('/') {
+            let path =
+                if program.starts_with('/') { program.to_owned() } else { format!("{WORKSPACE_TARGET}/{program}") };
+            vec![path]
+        } else {
+            let inspected = self
+                .api
+                .inspect_container(container, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| Error::docker(format!("inspecting container {container}"), e))?;
+            let env = inspected.config.and_then(|c| c.env).unwrap_or_default();
+            let path = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/local/bin:/usr/bin:/bin");
+            path.split(':')
+                .filter(|d| d.starts_with('/'))
+                .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
+                .collect()
+        };
+        for path in candidates {
+            // The engine answers 404 at once for a path that is not there; for one
+            // that is, only the first chunk of the archive is read.
+            let mut stream =
+                self.api.download_from_container(container, Some(DownloadFromContainerOptions { path: path.as_str() }));
+            match stream.next().await {
+                Some(Ok(_)) => return Ok(true),
+                Some(Err(e)) if is_docker_not_found(&e) => continue,
+                Some(Err(e)) => return Err(Error::docker(format!("looking for {path} in {container}"), e)),
+                None => continue,
+            }
+        }
+        Ok(false)
+    }
+
+    async fn output_tail(&self, container: &str, lines: u64) -> Result<String> {
+        let options =
+            LogsOptions::<String> { stdout: true, stderr: true, tail: lines.to_string(), ..Default::default() };
+        let chunks: Vec<LogOutput> = self
+            .api
+            .logs(container, Some(options))
+            .try_collect()
+            .await
+            .map_err(|e| Error::docker(format!("reading the output of {container}"), e))?;
+        let text: String = chunks.into_iter().map(|c| String::from_utf8_lossy(&c.into_bytes()).into_owned()).collect();
+        // A TTY ends lines with \r\n.
+        Ok(text.replace("\r\n", "\n"))
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

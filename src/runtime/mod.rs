@@ -44,6 +44,9 @@ pub struct Mount {
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
     pub name: String,
+    /// The agent's program (the template's `agent.command[0]`), which `up`
+    /// looks for in the image before it starts the container.
+    pub program: String,
     pub image: ReadyImage,
     pub labels: HashMap<String, String>,
     pub command: Vec<String>,
@@ -120,6 +123,11 @@ pub trait Runtime {
     /// own container is gone. A container of that name left by a killed forage is
     /// removed first.
     async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)>;
+    /// Whether `program` (a name looked up on the container's PATH, or a path) is
+    /// in the created container's file system.
+    async fn has_program(&self, container: &str, program: &str) -> Result<bool>;
+    /// The last `lines` lines of the container's output.
+    async fn output_tail(&self, container: &str, lines: u64) -> Result<String>;
     /// Every container labelled as belonging to `home`, in one Engine API call.
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
 }

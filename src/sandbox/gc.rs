@@ -28,6 +28,8 @@ pub enum Kind {
     OrphanContainer,
     /// A directory under FORAGE_HOME/workspaces that no record owns.
     OrphanWorkspace,
+    /// A record forage cannot read: corrupt, or written by a newer forage.
+    UnreadableRecord,
     /// A lock file no process holds (its holder was killed).
     StaleLock,
     /// A half-written record (its writer was killed).
@@ -51,8 +53,24 @@ pub struct Finding {
 impl<R: Runtime> Engine<'_, R> {
     pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
         let mut findings = Vec::new();
-        let records = self.home.load_all()?;
+        // What counts as an orphan is judged against the records as they were
+        // when gc started, so that `--force` acts on exactly the findings a dry
+        // run lists (removing a broken sandbox must not make its container look
+        // like an orphan a moment later).
+        let (records, bad) = self.home.load_all()?;
+        let had_record =
+            |name: &SandboxName| records.iter().any(|r| &r.name == name) || bad.iter().any(|b| &b.name == name);
         let containers = self.runtime.list(&self.home.label()).await?;
+
+        for b in &bad {
+            findings.push(Finding {
+                kind: Kind::UnreadableRecord,
+                subject: b.path.display().to_string(),
+                why: format!("{}: {}", b.problem.word(), b.detail),
+                action: "nothing: forage cannot tell what it describes; inspect it and move it aside by hand".into(),
+                error: None,
+            });
+        }
 
         for record in &records {
             // A sandbox whose lock is held is being worked on right now.
@@ -85,8 +103,11 @@ impl<R: Runtime> Engine<'_, R> {
         // record exists, so a sandbox being made right now is never taken for one.
         for c in &containers {
             let Ok(name) = SandboxName::parse(&c.sandbox) else { continue };
+            if had_record(&name) {
+                continue;
+            }
             let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.load(&name)?.is_some() {
+            if self.home.record_exists(&name) {
                 continue;
             }
             let mut finding = Finding {
@@ -111,8 +132,11 @@ impl<R: Runtime> Engine<'_, R> {
         orphan_names.sort();
         orphan_names.dedup();
         for name in orphan_names {
+            if had_record(&name) {
+                continue;
+            }
             let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.load(&name)?.is_some() {
+            if self.home.record_exists(&name) {
                 continue;
             }
             findings.push(self.orphan_workspace(&name, force).await);

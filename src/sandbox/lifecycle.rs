@@ -30,8 +30,8 @@ impl<R: Runtime> Engine<'_, R> {
 
     /// Brings archived work back as a branch (default `forage-<name>`) at the
     /// archive commit; uncommitted files come back as that commit's changes.
-    pub fn restore_branch(&self, entry: &ArchiveEntry, branch: &str) -> Result<()> {
-        let _repo = self.home.lock_repo(&entry.common_dir)?;
+    pub async fn restore_branch(&self, entry: &ArchiveEntry, branch: &str) -> Result<()> {
+        let _repo = self.lock_repo(&entry.common_dir).await?;
         match entry.mode {
             Mode::Jj => crate::workspace::jj::restore_bookmark(&entry.repo, &entry.commit, branch),
             _ => git::restore_branch(&entry.common_dir, &entry.commit, branch),
@@ -39,7 +39,7 @@ impl<R: Runtime> Engine<'_, R> {
     }
 
     pub async fn start(&self, name: &SandboxName) -> Result<()> {
-        let _lock = self.home.lock_sandbox(name)?;
+        let _lock = self.lock_sandbox(name).await?;
         let record = self.ready_record(name).await?;
         self.runtime.start(&record.container).await?;
         if let Err(e) = self.run_init(&record).await {
@@ -47,11 +47,11 @@ impl<R: Runtime> Engine<'_, R> {
             self.runtime.stop(&record.container, record.stop_timeout).await?;
             return Err(e);
         }
-        Ok(())
+        self.check_still_running(&record).await
     }
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {
-        let _lock = self.home.lock_sandbox(name)?;
+        let _lock = self.lock_sandbox(name).await?;
         let record = self.ready_record(name).await?;
         self.runtime.stop(&record.container, record.stop_timeout).await
     }
@@ -59,6 +59,24 @@ impl<R: Runtime> Engine<'_, R> {
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {
         self.stop(name).await?;
         self.start(name).await
+    }
+
+    /// The record of a sandbox whose agent is running, for `attach`: one that
+    /// exited says so, with its exit code, rather than attach to nothing.
+    pub async fn attachable(&self, name: &SandboxName) -> Result<Record> {
+        let record = self.record(name)?;
+        match self.runtime.inspect(&record.container).await? {
+            Some(c) if c.state == "running" => Ok(record),
+            Some(c) => Err(Error::Conflict(format!(
+                "the agent of sandbox {name} is not running ({}{}); `forage-ctl logs {name}` shows its output, `forage-ctl start {name}` starts it again",
+                c.state,
+                c.exit_code.filter(|_| matches!(c.state.as_str(), "exited" | "dead")).map(|code| format!(", exit code {code}")).unwrap_or_default()
+            ))),
+            None => Err(Error::NotFound(format!(
+                "the container of sandbox {name} ({}) is gone; `forage-ctl reset {name}` makes a new one",
+                record.container
+            ))),
+        }
     }
 
     async fn ready_record(&self, name: &SandboxName) -> Result<Record> {

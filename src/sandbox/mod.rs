@@ -29,7 +29,7 @@ use crate::progress::Progress;
 use crate::runtime::{ContainerSpec, Identity, Runtime};
 use crate::store::{ArchiveEntry, Home, Record, RecordState, RECORD_VERSION};
 use crate::workspace::git::{ArchiveOutcome, Archived, NotArchived};
-use crate::workspace::{Mode, WorkspaceRecord, WorkspaceRequest};
+use crate::workspace::{AtStake, Mode, WorkspaceRecord, WorkspaceRequest};
 use journal::{Step, UndoScope};
 use plan::{container_spec, extra_mounts, image_source, limits, secret_env};
 
@@ -63,6 +63,9 @@ pub struct Engine<'a, R: Runtime> {
     pub cancel: Cancel,
 }
 
+/// How long `up`, `start` and `reset` watch a freshly started agent for dying.
+const STARTUP_WATCH: std::time::Duration = std::time::Duration::from_millis(150);
+
 pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
@@ -83,19 +86,18 @@ impl<R: Runtime> Engine<'_, R> {
         limits(&req.template, &req.options)?;
         let source = image_source(&req.template, &req.options)?;
         secret_env(&req.template, &req.options)?;
-        extra_mounts(&req.template, &req.options)?;
+        extra_mounts(&req.template, &req.options, self.home.root())?;
         let workspace = match &req.workspace {
             WorkspaceRequest::Direct(path) => WorkspaceRecord::Direct { path: path.path().to_path_buf() },
             WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
             WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
         };
 
-        let lock = self.home.lock_sandbox(&req.name)?;
+        let lock = self.lock_sandbox(&req.name).await?;
         ensure_name_free(&self.home, &req.name)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
         self.cancel.check()?;
-        let spec =
-            container_spec(&req.name, &req.template, &req.options, &workspace, image.clone(), self.home.label())?;
+        let spec = container_spec(&req.name, &req.template, &req.options, &workspace, image.clone(), &self.home)?;
         let container = spec.name.clone();
 
         let read_only = req.options.read_only || t.workspace.read_only;
@@ -154,7 +156,7 @@ impl<R: Runtime> Engine<'_, R> {
         if let WorkspaceRecord::GitWorktree(g) = record.workspace.clone() {
             // Only the repository metadata changes are serialised per repository;
             // the lock is released before the container is created and started.
-            let _repo = self.home.lock_repo(&g.common_dir)?;
+            let _repo = self.lock_repo(&g.common_dir).await?;
             self.step(&format!("creating branch {} in {}", g.branch, g.repo.display()));
             self.begin(record, Step::GitBranch)?;
             if let Err(e) = g.create_branch() {
@@ -174,7 +176,7 @@ impl<R: Runtime> Engine<'_, R> {
             self.checkpoint("private-repo").await?;
         }
         if let WorkspaceRecord::Jj(j) = record.workspace.clone() {
-            let _repo = self.home.lock_repo(&j.repo_dir)?;
+            let _repo = self.lock_repo(&j.repo_dir).await?;
             self.step("making the agent's private jj repository");
             self.make_private_dir(record)?;
             self.checkpoint("private-repo").await?;
@@ -197,12 +199,14 @@ impl<R: Runtime> Engine<'_, R> {
             return Err(e);
         }
         self.checkpoint("container").await?;
+        self.check_program(&spec).await?;
         if start {
             self.step(&format!("starting container {}", spec.name));
             self.runtime.start(&spec.name).await?;
             self.checkpoint("start").await?;
             self.run_init(record).await?;
             self.checkpoint("init").await?;
+            self.check_still_running(record).await?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;
@@ -220,6 +224,49 @@ impl<R: Runtime> Engine<'_, R> {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Refuses a container whose agent program is not in its image: it would
+    /// exit the moment it starts (`claude: not found`, exit 127).
+    pub(crate) async fn check_program(&self, spec: &ContainerSpec) -> Result<()> {
+        if self.runtime.has_program(&spec.name, &spec.program).await? {
+            return Ok(());
+        }
+        Err(Error::NotFound(format!(
+            "the agent's program {:?} is not in image {} (forage looked on the image's PATH); install it in the image (for a template with `build`, in its Dockerfile) or change the template's `agent.command`",
+            spec.program, spec.image.reference
+        )))
+    }
+
+    /// Says so when the agent has already stopped with an error: an `up` or
+    /// `start` whose agent died as it started did not succeed. Its exit code and last lines of
+    /// output go into the error, since a rolled-back container takes its logs
+    /// with it.
+    ///
+    /// The engine takes about a tenth of a second to notice even an agent that
+    /// could not be run at all, so the agent is watched for `STARTUP_WATCH`.
+    pub(crate) async fn check_still_running(&self, record: &Record) -> Result<()> {
+        let deadline = std::time::Instant::now() + STARTUP_WATCH;
+        loop {
+            self.check_running_now(record).await?;
+            if std::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    async fn check_running_now(&self, record: &Record) -> Result<()> {
+        let state = self.runtime.inspect(&record.container).await?;
+        // An agent that finished its task with exit code 0 (a one-shot run) did fine.
+        let Some(c) = state.filter(|c| c.state != "running" && c.exit_code != Some(0)) else { return Ok(()) };
+        let tail = self.runtime.output_tail(&record.container, 20).await.unwrap_or_default();
+        let code = c.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into());
+        Err(Error::Other(format!(
+            "the agent of sandbox {} exited with code {code} as it started; its last output:\n{}\nfix the template's agent command or its image, then try again",
+            record.name,
+            tail.trim_end()
+        )))
     }
 
     /// Runs the template's init commands once per container, before the agent
@@ -283,6 +330,41 @@ impl<R: Runtime> Engine<'_, R> {
         }
     }
 
+    /// Takes sandbox `name`'s lock, waiting (and saying so) while another
+    /// forage-ctl holds it, and giving up at Ctrl-C: a blocking wait would keep
+    /// this single-threaded runtime from ever seeing the signal.
+    pub(crate) async fn lock_sandbox(&self, name: &SandboxName) -> Result<crate::store::Lock> {
+        let what = format!("sandbox {name}");
+        self.wait_for_lock(&what, || self.home.try_lock_sandbox(name)).await
+    }
+
+    /// The same for a repository's lock.
+    pub(crate) async fn lock_repo(&self, repo: &std::path::Path) -> Result<crate::store::Lock> {
+        let what = format!("the repository {}", repo.display());
+        self.wait_for_lock(&what, || self.home.try_lock_repo(repo)).await
+    }
+
+    async fn wait_for_lock(
+        &self,
+        what: &str,
+        try_take: impl Fn() -> Result<Option<crate::store::Lock>>,
+    ) -> Result<crate::store::Lock> {
+        let mut said = false;
+        loop {
+            if let Some(lock) = try_take()? {
+                return Ok(lock);
+            }
+            if !said {
+                self.progress.note(&format!("waiting for {what}: another forage-ctl is changing it (Ctrl-C gives up)"));
+                said = true;
+            }
+            if self.cancel.is_triggered() {
+                return Err(Error::Other(format!("interrupted while waiting for {what}")));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Reports a step to the user (progress) and to the log (-v).
     fn step(&self, message: &str) {
         tracing::info!("{message}");
@@ -312,9 +394,7 @@ impl<R: Runtime> Engine<'_, R> {
         // (what is written after that, forage reads itself); once it is gone, a
         // helper container does.
         let jj = match &record.workspace {
-            WorkspaceRecord::Jj(j) if !how.discard && !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => {
-                Some(j)
-            }
+            WorkspaceRecord::Jj(j) if !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => Some(j),
             _ => None,
         };
         let mut jj_state = match (jj, containers.is_empty()) {
@@ -329,14 +409,23 @@ impl<R: Runtime> Engine<'_, R> {
             self.forget_step(&mut left, step)?;
         }
         kill_point("removed-container");
-        if let (Some(j), None) = (jj, &jj_state) {
+        if let (Some(j), None, false) = (jj, &jj_state, how.discard) {
             jj_state = Some(self.jj_state_in_helper(record, j).await);
         }
 
-        let _repo_lock = match &record.workspace {
-            WorkspaceRecord::GitWorktree(g) => Some(self.home.lock_repo(&g.common_dir)?),
-            WorkspaceRecord::Jj(j) => Some(self.home.lock_repo(&j.repo_dir)?),
+        // The repository is locked only if something of it is to be archived or
+        // undone (an `up` interrupted before its first workspace step has nothing).
+        let repo = match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) => Some(g.common_dir.as_path()),
+            WorkspaceRecord::Jj(j) => Some(j.repo_dir.as_path()),
             WorkspaceRecord::Direct { .. } => None,
+        };
+        let _repo_lock = match (repo, workspace_steps.is_empty()) {
+            (Some(repo), false) => Some(self.lock_repo(repo).await?),
+            // Nothing to do there; but a lock file a killed command left goes,
+            // if no one holds it (a held lock is not waited for).
+            (Some(repo), true) => self.home.try_lock_repo(repo).ok().flatten(),
+            (None, _) => None,
         };
         // Work exists only on a branch or in a jj workspace this sandbox created.
         let archive = match &record.workspace {
@@ -349,6 +438,25 @@ impl<R: Runtime> Engine<'_, R> {
             _ => None,
         };
         let mut outcome = ArchiveOutcome::default();
+        if let (Some(_), true) = (&archive, how.discard) {
+            // Said before it is done: what only this sandbox held.
+            let stake = match &record.workspace {
+                WorkspaceRecord::GitWorktree(g) => g.at_stake(),
+                WorkspaceRecord::Jj(j) => j.at_stake(jj_state.as_ref().and_then(|s| s.as_ref().ok())),
+                WorkspaceRecord::Direct { .. } => Ok(AtStake::default()),
+            };
+            match stake {
+                Ok(s) if s.is_empty() => {}
+                Ok(s) => {
+                    self.progress.note(&format!("sandbox {}: throwing away {}", record.name, s.describe()));
+                    outcome.discarded = Some(s);
+                }
+                Err(e) => self.progress.note(&format!(
+                    "sandbox {}: throwing away its work (what it is cannot be listed: {e})",
+                    record.name
+                )),
+            }
+        }
         if let (Some((repo, common_dir, branch)), false) = (archive, how.discard) {
             self.step("archiving the agent's work");
             let result = match &record.workspace {
@@ -398,7 +506,7 @@ impl<R: Runtime> Engine<'_, R> {
     /// Tears a sandbox down: the container first, then (once it is gone) the
     /// workspace, then the record. Works on half-made and half-removed sandboxes.
     pub async fn down(&self, name: &SandboxName, opts: DownOptions) -> Result<DownReport> {
-        let lock = self.home.lock_sandbox(name)?;
+        let lock = self.lock_sandbox(name).await?;
         let Some(mut record) = self.home.load(name)? else {
             // No record: only a container this home labelled (e.g. a record deleted
             // by hand) is ours to remove.
@@ -417,6 +525,7 @@ impl<R: Runtime> Engine<'_, R> {
                         archived: None,
                         archived_elsewhere: Vec::new(),
                         not_archived: Vec::new(),
+                        discarded: None,
                     })
                 }
                 None => Err(not_found(name)),
@@ -427,7 +536,8 @@ impl<R: Runtime> Engine<'_, R> {
 
         self.step(&format!("stopping container {}", record.container));
         let how = Teardown { graceful: true, keep_branch: opts.keep_branch, discard: opts.discard };
-        let ArchiveOutcome { archived: mut archived_elsewhere, not_archived } = self.teardown(&record, how).await?;
+        let ArchiveOutcome { archived: mut archived_elsewhere, not_archived, discarded } =
+            self.teardown(&record, how).await?;
         // The branch's own archive comes last; the others hold work found elsewhere.
         let archived = match archived_elsewhere.last() {
             Some(a) if a.source.is_none() => archived_elsewhere.pop(),
@@ -445,6 +555,7 @@ impl<R: Runtime> Engine<'_, R> {
             archived,
             archived_elsewhere,
             not_archived,
+            discarded,
         })
     }
 }
@@ -463,7 +574,7 @@ fn kill_point(step: &str) {
 /// before validating its workspace, so that the message is about the name; and
 /// again under the sandbox lock, where it counts.
 pub fn ensure_name_free(home: &Home, name: &SandboxName) -> Result<()> {
-    if home.load(name)?.is_some() {
+    if home.record_exists(name) {
         return Err(Error::Conflict(format!(
             "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {name}`",
             name.as_str()
@@ -508,4 +619,7 @@ pub struct DownReport {
     pub archived_elsewhere: Vec<Archived>,
     /// Work that could not be kept (commits the import refused, FIFOs), and why.
     pub not_archived: Vec<NotArchived>,
+    /// With `--discard`: what was thrown away (said before it was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discarded: Option<AtStake>,
 }

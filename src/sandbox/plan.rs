@@ -3,7 +3,7 @@
 //! and the container spec that `up` and `reset` both create.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
 use crate::runtime::image::BuildContext;
 use crate::runtime::{ContainerSpec, Identity, ImageSource, Mount, ReadyImage, AGENT_HOME};
+use crate::store::Home;
 use crate::template::{self, Network};
 use crate::workspace::{git, WorkspaceRecord, WorkspaceRequest};
 
@@ -51,6 +52,9 @@ pub struct UpOptions {
     pub cpus: Option<f64>,
     #[serde(default)]
     pub read_only: bool,
+    /// `--allow-home`: a workspace or mount may be (or hold) the user's home.
+    #[serde(default)]
+    pub allow_home: bool,
     /// Arguments after `--`, appended to the template's agent command.
     #[serde(default)]
     pub agent_args: Vec<String>,
@@ -103,33 +107,23 @@ pub(crate) fn secret_env(template: &template::Resolved, options: &UpOptions) -> 
     Ok(out)
 }
 
-/// True for a Unix socket, or a directory holding the engine's socket (DOCKER_HOST's
-/// or the default one): mounting either would let the agent drive Docker.
-fn exposes_engine_socket(source: &std::path::Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    if std::fs::metadata(source).is_ok_and(|m| m.file_type().is_socket()) {
-        return true;
-    }
-    let configured = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
-    [configured, Some(PathBuf::from("/var/run/docker.sock")), Some(PathBuf::from("/run/docker.sock"))]
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.canonicalize().ok())
-        .any(|socket| socket.starts_with(source))
-}
-
 /// Everything about an `up` that can be checked without Docker: the image source,
 /// the secrets the template needs, the mounts. `up` runs it again itself.
-pub fn preflight(req: &UpRequest) -> Result<()> {
+/// `forage_home` is FORAGE_HOME, which no mount may expose.
+pub fn preflight(req: &UpRequest, forage_home: &Path) -> Result<()> {
     image_source(&req.template, &req.options)?;
     secret_env(&req.template, &req.options)?;
-    extra_mounts(&req.template, &req.options)?;
+    extra_mounts(&req.template, &req.options, forage_home)?;
     Ok(())
 }
 
 /// The template's extra mounts (sources resolved and checked) and one read-only
 /// mount per secret file at /run/secrets/<name>.
-pub(crate) fn extra_mounts(template: &template::Resolved, options: &UpOptions) -> Result<Vec<Mount>> {
+pub(crate) fn extra_mounts(
+    template: &template::Resolved,
+    options: &UpOptions,
+    forage_home: &Path,
+) -> Result<Vec<Mount>> {
     let mut mounts = Vec::new();
     for m in &template.template.mounts {
         let source = if let Some(rest) = m.source.strip_prefix("~/") {
@@ -151,9 +145,16 @@ pub(crate) fn extra_mounts(template: &template::Resolved, options: &UpOptions) -
                 source.display()
             ))
         })?;
-        if exposes_engine_socket(&source) {
+        if let Some(why) = crate::host_paths::refusal(&source, forage_home) {
             return Err(Error::Usage(format!(
-                "template {} mounts {}, which is or contains the Docker engine's socket; forage never hands an agent the engine",
+                "template {} mounts {}, which forage never hands an agent: {why}; remove the mount from the template",
+                template.name,
+                source.display()
+            )));
+        }
+        if crate::host_paths::exposes_user_home(&source) && !options.allow_home {
+            return Err(Error::Usage(format!(
+                "template {} mounts {}, which is (or holds) your home directory; mount only what the agent needs, or pass --allow-home if you mean it",
                 template.name,
                 source.display()
             )));
@@ -207,7 +208,7 @@ pub(crate) fn container_spec(
     options: &UpOptions,
     workspace: &WorkspaceRecord,
     image: ReadyImage,
-    home_label: String,
+    home: &Home,
 ) -> Result<ContainerSpec> {
     let t = &template.template;
     let (memory_bytes, cpus) = limits(template, options)?;
@@ -227,19 +228,20 @@ pub(crate) fn container_spec(
     env.insert("FORAGE_SANDBOX".into(), name.to_string());
     let labels = HashMap::from([
         (LABEL_SANDBOX.to_string(), name.to_string()),
-        (LABEL_HOME.to_string(), home_label),
+        (LABEL_HOME.to_string(), home.label()),
         (LABEL_MODE.to_string(), workspace.mode().to_string()),
         (LABEL_TEMPLATE.to_string(), template.name.clone()),
         (LABEL_WORKSPACE.to_string(), workspace.host_path().display().to_string()),
     ]);
     Ok(ContainerSpec {
         name: name.container(),
+        program: t.agent.command.first().cloned().unwrap_or_default(),
         image,
         labels,
         command,
         env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
         identity: Identity::current(),
-        mounts: extra_mounts(template, options)?,
+        mounts: extra_mounts(template, options, home.root())?,
         memory_bytes,
         nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
         pids: t.resources.pids,

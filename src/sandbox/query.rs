@@ -5,24 +5,39 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use super::journal::Step;
 use super::{Engine, Synced};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{ContainerDetails, Runtime};
 use crate::store::{Record, RecordState};
-use crate::workspace::WorkspaceRecord;
+use crate::workspace::{AtStake, WorkspaceRecord};
 
 impl<R: Runtime> Engine<'_, R> {
     /// Every sandbox of this home, from the records plus one Engine API call.
     pub async fn list(&self) -> Result<Vec<SandboxRow>> {
-        let records = self.home.load_all()?;
+        let (records, bad) = self.home.load_all()?;
         let containers = self.runtime.list(&self.home.label()).await?;
         let mut by_sandbox: HashMap<String, String> = containers.into_iter().map(|c| (c.sandbox, c.state)).collect();
-        let mut rows = Vec::with_capacity(records.len());
+        let mut rows = Vec::with_capacity(records.len() + bad.len());
         for r in records {
             let container_state = by_sandbox.remove(r.name.as_str());
             let status = self.status_word(&r, container_state.as_deref())?;
             rows.push(SandboxRow::new(&r, status));
+        }
+        // A record forage cannot read is shown, not skipped, and its container is
+        // not an orphan.
+        for b in bad {
+            by_sandbox.remove(b.name.as_str());
+            rows.push(SandboxRow {
+                name: b.name.to_string(),
+                mode: "-".into(),
+                template: "-".into(),
+                status: b.problem.word().into(),
+                branch: None,
+                workspace: b.path.display().to_string(),
+                created_at: None,
+            });
         }
         for (sandbox, _state) in by_sandbox {
             rows.push(SandboxRow {
@@ -62,11 +77,11 @@ impl<R: Runtime> Engine<'_, R> {
         let mut sync = None;
         if let Some(_lock) = self.home.try_lock_sandbox(name)? {
             sync = match &record.workspace {
-                WorkspaceRecord::GitWorktree(_) => Some(self.sync_record(&record).map(Synced::Git)),
+                WorkspaceRecord::GitWorktree(_) => Some(self.sync_record(&record).await.map(Synced::Git)),
                 // jj: only while the agent's container runs (no helper container
                 // for a status); otherwise what the last sync brought.
                 WorkspaceRecord::Jj(j) if !j.is_legacy() => match self.jj_state_if_running(&record, j).await {
-                    Some(Ok(state)) => Some(self.sync_jj(&record, j, &state).map(Synced::Jj)),
+                    Some(Ok(state)) => Some(self.sync_jj(&record, j, &state).await.map(Synced::Jj)),
                     Some(Err(why)) => Some(Err(Error::Workspace(why))),
                     None => None,
                 },
@@ -105,6 +120,24 @@ impl<R: Runtime> Engine<'_, R> {
             None => (None, None),
         };
         Ok(SandboxStatus { git, sync, sync_error, row: SandboxRow::new(&record, status), record, container })
+    }
+
+    /// What only sandbox `name` holds, which `down` would archive and `down
+    /// --discard` would throw away (`None` for a direct workspace, which `down`
+    /// never touches). Changes nothing.
+    pub async fn at_stake(&self, name: &SandboxName) -> Result<Option<AtStake>> {
+        let record = self.record(name)?;
+        match &record.workspace {
+            WorkspaceRecord::GitWorktree(g) if record.journal.contains(&Step::GitBranch) => {
+                let _repo = self.lock_repo(&g.common_dir).await?;
+                g.at_stake().map(Some)
+            }
+            WorkspaceRecord::Jj(j) if !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => {
+                let state = self.jj_state_if_running(&record, j).await.and_then(|s| s.ok());
+                j.at_stake(state.as_ref()).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     /// The record of an existing sandbox, or a not-found error naming it.

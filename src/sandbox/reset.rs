@@ -24,7 +24,7 @@ impl<R: Runtime> Engine<'_, R> {
         name: &SandboxName,
         resolve: impl Fn(&str) -> Result<template::Resolved>,
     ) -> Result<Record> {
-        let _lock = self.home.lock_sandbox(name)?;
+        let _lock = self.lock_sandbox(name).await?;
         let mut record = self.record(name)?;
         if record.state != RecordState::Ready {
             return Err(Error::Conflict(format!(
@@ -47,11 +47,11 @@ impl<R: Runtime> Engine<'_, R> {
         // Refused before a possibly slow image build (container_spec checks again).
         limits(template, options)?;
         secret_env(template, options)?;
-        extra_mounts(template, options)?;
+        extra_mounts(template, options, self.home.root())?;
         check_secret_files(options)?;
         let source = image_source(template, options)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
-        let mut spec = container_spec(name, template, options, &record.workspace, image.clone(), self.home.label())?;
+        let mut spec = container_spec(name, template, options, &record.workspace, image.clone(), &self.home)?;
         let read_only = options.read_only || template.template.workspace.read_only;
         let mut mounts = record.workspace.mounts(read_only);
         mounts.append(&mut spec.mounts);
@@ -69,6 +69,7 @@ impl<R: Runtime> Engine<'_, R> {
         let made = async {
             self.step(&format!("creating container {}", spec.name));
             self.runtime.create(&spec).await?;
+            self.check_program(&spec).await?;
             self.step(&format!("starting container {}", spec.name));
             self.runtime.start(&spec.name).await?;
             if let Err(e) = self.run_init(&record).await {
@@ -76,7 +77,7 @@ impl<R: Runtime> Engine<'_, R> {
                 self.runtime.stop(&spec.name, record.stop_timeout).await?;
                 return Err(e);
             }
-            Ok(())
+            self.check_still_running(&record).await
         };
         if let Err(e) = made.await {
             self.progress.finish();

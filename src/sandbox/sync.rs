@@ -29,7 +29,7 @@ impl<R: Runtime> Engine<'_, R> {
     /// (verified) onto the host's `forage-<name>`; for jj, its changes (verified)
     /// as bookmark `forage/<name>`, after jj inside has snapshotted them.
     pub async fn sync(&self, name: &SandboxName) -> Result<Synced> {
-        let _lock = self.home.lock_sandbox(name)?;
+        let _lock = self.lock_sandbox(name).await?;
         let record = self.record(name)?;
         match &record.workspace {
             WorkspaceRecord::Jj(j) if !j.is_legacy() => {
@@ -38,17 +38,17 @@ impl<R: Runtime> Engine<'_, R> {
                     None => self.jj_state_in_helper(&record, j).await,
                 };
                 let state = state.map_err(Error::Workspace)?;
-                self.sync_jj(&record, j, &state).map(Synced::Jj)
+                self.sync_jj(&record, j, &state).await.map(Synced::Jj)
             }
-            _ => self.sync_record(&record).map(Synced::Git),
+            _ => self.sync_record(&record).await.map(Synced::Git),
         }
     }
 
     /// `sync` of a git sandbox whose lock the caller holds.
-    pub(crate) fn sync_record(&self, record: &Record) -> Result<SyncReport> {
+    pub(crate) async fn sync_record(&self, record: &Record) -> Result<SyncReport> {
         match &record.workspace {
             WorkspaceRecord::GitWorktree(g) => {
-                let _repo = self.home.lock_repo(&g.common_dir)?;
+                let _repo = self.lock_repo(&g.common_dir).await?;
                 let report = g.sync()?;
                 if report.before != report.after {
                     self.refresh_other_views(record);
@@ -68,8 +68,8 @@ impl<R: Runtime> Engine<'_, R> {
     }
 
     /// Brings what jj inside said to the repository, under its lock.
-    pub(crate) fn sync_jj(&self, record: &Record, j: &JjWorkspace, state: &AgentState) -> Result<JjSync> {
-        let _repo = self.home.lock_repo(&j.repo_dir)?;
+    pub(crate) async fn sync_jj(&self, record: &Record, j: &JjWorkspace, state: &AgentState) -> Result<JjSync> {
+        let _repo = self.lock_repo(&j.repo_dir).await?;
         let synced = j.bring_to_host(state)?;
         self.refresh_other_views(record);
         Ok(synced)
@@ -79,7 +79,7 @@ impl<R: Runtime> Engine<'_, R> {
     /// bookmarks as they are now (git: `origin/*`; jj: `NAME@host`). Best effort:
     /// a sandbox being removed or made right now refreshes its own at its next sync.
     fn refresh_other_views(&self, synced: &Record) {
-        let Ok(records) = self.home.load_all() else { return };
+        let Ok((records, _)) = self.home.load_all() else { return };
         for other in records {
             if other.name == synced.name || other.state != RecordState::Ready {
                 continue;
@@ -138,6 +138,7 @@ impl<R: Runtime> Engine<'_, R> {
         let spec = ContainerSpec {
             // Upper case, which no sandbox name has: never another sandbox's container.
             name: format!("{}-SNAPSHOT", record.container),
+            program: "sh".into(),
             image,
             labels: HashMap::from([(LABEL_HOME.to_string(), self.home.label())]),
             command: j.state_command(),

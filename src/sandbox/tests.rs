@@ -70,6 +70,12 @@ impl Runtime for FakeRuntime {
         self.log(&format!("run_to_end {}", spec.name));
         Ok((0, String::new()))
     }
+    async fn has_program(&self, _: &str, _: &str) -> Result<bool> {
+        Ok(true)
+    }
+    async fn output_tail(&self, _: &str, _: u64) -> Result<String> {
+        Ok(String::new())
+    }
     async fn list(&self, _: &str) -> Result<Vec<ContainerSummary>> {
         Ok(Vec::new())
     }
@@ -100,7 +106,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime { fail_start: true, ..Default::default() };
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
     let err = block_on(engine(&dir.path().join("home"), &runtime).up(request("a", ws))).unwrap_err();
     assert!(err.to_string().contains("start failed on purpose"));
     assert_eq!(runtime.calls(), ["ensure_image", "create forage-a", "start forage-a", "remove forage-a"]);
@@ -112,7 +118,7 @@ fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() 
 fn up_journals_each_step_before_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime::default();
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
     let record = block_on(engine(&dir.path().join("home"), &runtime).up(request("b", ws))).unwrap();
     assert_eq!(record.state, RecordState::Ready);
     assert_eq!(record.journal, vec![Step::Container { name: "forage-b".into() }]);
@@ -154,7 +160,7 @@ fn reset_settles_the_image_before_it_touches_the_old_container() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime::default();
     let eng = engine(&dir.path().join("home"), &runtime);
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path()).unwrap());
+    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
     block_on(eng.up(request("r", ws))).unwrap();
     let name = SandboxName::parse("r").unwrap();
     let resolve = |_: &str| Ok(template());

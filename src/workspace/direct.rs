@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 pub struct DirectPath(PathBuf);
 
 impl DirectPath {
-    pub fn validate(raw: &Path) -> Result<Self> {
+    /// `forage_home` is FORAGE_HOME; `allow_home` is `--allow-home`.
+    pub fn validate(raw: &Path, forage_home: &Path, allow_home: bool) -> Result<Self> {
         let shown = raw.display();
         let meta = std::fs::metadata(raw).map_err(|e| {
             Error::Workspace(match e.kind() {
@@ -32,8 +33,17 @@ impl DirectPath {
         let canonical = raw
             .canonicalize()
             .map_err(|e| Error::Workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
-        if canonical == Path::new("/") {
-            return Err(Error::Workspace("refusing to mount / as a workspace; pass a project directory".into()));
+        if let Some(why) = crate::host_paths::refusal(&canonical, forage_home) {
+            return Err(Error::Usage(format!(
+                "refusing to mount {} as a workspace: {why}; pass a project directory",
+                canonical.display()
+            )));
+        }
+        if crate::host_paths::exposes_user_home(&canonical) && !allow_home {
+            return Err(Error::Usage(format!(
+                "{} is (or holds) your home directory: the agent could change your shell's startup files, ssh keys and git config; pass a project directory, or --allow-home if you mean it",
+                canonical.display()
+            )));
         }
         Ok(DirectPath(canonical))
     }
@@ -52,15 +62,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("f");
         std::fs::write(&file, "x").unwrap();
-        for (bad, needle) in [
-            (dir.path().join("missing"), "does not exist"),
-            (file, "is not a directory"),
-            (PathBuf::from("/"), "refusing"),
+        let home = dir.path().join("forage-home");
+        for (bad, needle, code) in [
+            (dir.path().join("missing"), "does not exist", 6),
+            (file, "is not a directory", 6),
+            (PathBuf::from("/"), "refusing", 2),
+            (dir.path().to_path_buf(), "forage's state", 2),
         ] {
-            let err = DirectPath::validate(&bad).unwrap_err();
-            assert_eq!(err.exit_code(), 6);
+            let err = DirectPath::validate(&bad, &home, false).unwrap_err();
+            assert_eq!(err.exit_code(), code, "{err}");
             assert!(err.to_string().contains(needle), "{err}");
         }
-        assert!(DirectPath::validate(dir.path()).is_ok());
+        let project = dir.path().join("project");
+        std::fs::create_dir(&project).unwrap();
+        assert!(DirectPath::validate(&project, &home, false).is_ok());
     }
 }

@@ -123,6 +123,56 @@ pub fn ensure_workspace_dir_free(path: &Path, name: &crate::names::SandboxName) 
     Ok(())
 }
 
+/// What only a sandbox holds, found nowhere else: what `down` archives, and what
+/// `down --discard` throws away. Each entry names a commit ("id summary") or a file.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct AtStake {
+    /// git: commits on the sandbox's branch that no other branch holds; jj: the
+    /// agent's changes that are not empty and undescribed.
+    pub commits: Vec<String>,
+    /// git: commits in the agent's repository that the host does not have yet,
+    /// with where they are ("branch forage-x: 1a2b3c4d5e6f fix the parser").
+    pub unsynced: Vec<String>,
+    /// git: files of the worktree that differ from the sandbox's branch on the
+    /// host (its uncommitted work, and what unsynced commits changed).
+    pub files: Vec<String>,
+}
+
+impl AtStake {
+    pub fn is_empty(&self) -> bool {
+        self.commits.is_empty() && self.unsynced.is_empty() && self.files.is_empty()
+    }
+
+    /// "2 commits (1a2b3c4d5e6f fix the parser; …), 1 commit not synced (…), 3 files (a, b, c)".
+    pub fn describe(&self) -> String {
+        let list = |items: &[String], one: &str, many: &str| {
+            let shown: Vec<&str> = items.iter().take(10).map(String::as_str).collect();
+            let more = if items.len() > 10 { format!("; and {} more", items.len() - 10) } else { String::new() };
+            format!("{} {} ({}{more})", items.len(), if items.len() == 1 { one } else { many }, shown.join("; "))
+        };
+        let mut parts = Vec::new();
+        if !self.commits.is_empty() {
+            parts.push(list(&self.commits, "commit", "commits"));
+        }
+        if !self.unsynced.is_empty() {
+            parts.push(list(&self.unsynced, "commit not synced", "commits not synced"));
+        }
+        if !self.files.is_empty() {
+            parts.push(list(&self.files, "file not on the branch", "files not on the branch"));
+        }
+        if parts.is_empty() {
+            "nothing".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// `1a2b3c4d5e6f summary`.
+pub(crate) fn commit_line(id: git2::Oid, summary: &str) -> String {
+    format!("{} {summary}", &id.to_string()[..12])
+}
+
 /// A workspace the user asked for, validated but not yet created.
 #[derive(Debug, Clone)]
 pub enum WorkspaceRequest {

@@ -96,6 +96,16 @@ fn jj_works_inside_from_the_first_command_and_sync_brings_changes_with_their_cha
         let status = env.json(&["status", &name, "--json"]);
         assert_eq!(status["git"]["ahead"], 2, "{status}");
         assert_eq!(status["git"]["branch"], bookmark.as_str());
+        // The text lines up, shows short ids, and lists mounts in a stable order.
+        let text = env.ok(&["status", &name]);
+        let base = status["git"]["base"].as_str().unwrap();
+        assert!(text.contains(&format!("bookmark:   {bookmark}\n")), "{text}");
+        assert!(text.contains(&format!("base:       {} (", &base[..12])) && !text.contains(base), "{text}");
+        let mounts: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("mount:")).map(|l| l.split(" -> ").nth(1).unwrap()).collect();
+        let mut sorted = mounts.clone();
+        sorted.sort();
+        assert_eq!(mounts, sorted, "{text}");
         assert_eq!(workspaces(&repo), ["default"], "no workspace of the user's repository is the agent's");
 
         let out = env.ok(&["down", &name]);

@@ -12,6 +12,8 @@ mod errors;
 mod faults;
 mod git;
 mod git_isolation;
+mod honesty;
+mod host_safety;
 mod image;
 mod jj;
 mod jj_isolation;

@@ -349,8 +349,8 @@ fn the_docker_socket_and_reserved_targets_are_never_mounted() {
     let ws = env.mkdir("ws");
     let run = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
     for (name, source, target, needle) in [
-        ("sock", "/var/run/docker.sock", "/sock", "Docker engine's socket"),
-        ("varrun", "/var/run", "/host-run", "Docker engine's socket"),
+        ("sock", "/var/run/docker.sock", "/sock", "it is a socket"),
+        ("varrun", "/var/run", "/host-run", "container engine's socket"),
         ("inws", "/tmp", "/workspace/tmp", "outside /workspace"),
         ("dotdot", "/tmp", "/opt/../workspace", "without '..'"),
         ("secrets", "/tmp", "/run/secrets/x", "/run/secrets"),

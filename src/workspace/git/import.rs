@@ -23,16 +23,33 @@ fn err(e: impl std::fmt::Display) -> Error {
     Error::Workspace(format!("importing the agent's commits: {e}"))
 }
 
-/// What one import brought over.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What one import brought over (or, looking only, would bring).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Imported {
     pub objects: usize,
-    pub commits: usize,
+    /// The commits, each with the first line of its message.
+    pub commits: Vec<(Oid, String)>,
 }
 
 /// Imports everything `tips` reach that the host lacks. `private_objects` is the
 /// agent's `objects/` directory; `staging` a path forage owns (removed again).
 pub fn import(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
+    walk(host, private_objects, staging, tips, true)
+}
+
+/// What `import` would bring, every object checked the same way, writing
+/// nothing to the host.
+pub fn look(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
+    walk(host, private_objects, staging, tips, false)
+}
+
+fn walk(
+    host: &Repository,
+    private_objects: Option<&Dir>,
+    staging: &Path,
+    tips: &[Oid],
+    write: bool,
+) -> Result<Imported> {
     let host_odb = host.odb().map_err(err)?;
     if tips.iter().all(|t| host_odb.exists(*t)) {
         return Ok(Imported::default());
@@ -53,7 +70,7 @@ pub fn import(host: &Repository, private_objects: Option<&Dir>, staging: &Path, 
         if staged {
             odb.add_disk_alternate(path).map_err(err)?;
         }
-        copy_closure(&odb, &host_odb, tips)
+        copy_closure(&odb, &host_odb, tips, write)
     })();
     remove_created_dir(staging, owner).map_err(err)?;
     result
@@ -102,9 +119,10 @@ enum Frame {
     Write(ObjectType, Vec<u8>, Oid),
 }
 
-/// Copies what `tips` reach from `from` to `to`, stopping at objects `to` has
-/// (whose closure it then has too), writing children before parents.
-fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid]) -> Result<Imported> {
+/// Copies what `tips` reach from `from` to `to` (with `write`; else only checks
+/// and counts it), stopping at objects `to` has (whose closure it then has too),
+/// writing children before parents.
+fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Imported> {
     let mut done: HashSet<Oid> = HashSet::new();
     let mut imported = Imported::default();
     let mut stack: Vec<Frame> = tips.iter().map(|t| Frame::Visit(*t)).collect();
@@ -134,10 +152,14 @@ fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid]) -> Result<Imported> {
             }
             Frame::Write(kind, data, id) => {
                 if done.insert(id) {
-                    let written = to.write(kind, &data).map_err(err)?;
-                    debug_assert_eq!(written, id);
+                    if write {
+                        let written = to.write(kind, &data).map_err(err)?;
+                        debug_assert_eq!(written, id);
+                    }
                     imported.objects += 1;
-                    imported.commits += usize::from(kind == ObjectType::Commit);
+                    if kind == ObjectType::Commit {
+                        imported.commits.push((id, summary(&data)));
+                    }
                 }
             }
         }
@@ -170,6 +192,12 @@ fn references(kind: ObjectType, data: &[u8]) -> std::result::Result<Vec<Oid>, St
         ObjectType::Tree => tree_entries(data),
         _ => Err("not a commit, tree, tag or blob".into()),
     }
+}
+
+/// The first line of a commit's message.
+fn summary(commit: &[u8]) -> String {
+    let text = String::from_utf8_lossy(commit);
+    text.split_once("\n\n").map(|(_, m)| m.lines().next().unwrap_or("").to_owned()).unwrap_or_default()
 }
 
 /// `key value` lines up to the first empty line.

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known};
+use super::{commit_line, AtStake};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
@@ -134,7 +135,7 @@ impl GitRequest {
             return Err(Error::Usage(match given_branch {
                 true => format!("--branch {branch:?} is not a valid git branch name"),
                 false => format!(
-                    "sandbox name {name:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch"
+                    "sandbox name {:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch", name.as_str()
                 ),
             }));
         }
@@ -186,6 +187,8 @@ pub struct ArchiveOutcome {
     /// The archives made, the sandbox branch's last.
     pub archived: Vec<Archived>,
     pub not_archived: Vec<NotArchived>,
+    /// With `--discard`: what was thrown away instead.
+    pub discarded: Option<AtStake>,
 }
 
 /// Work `down` could not keep, and why.
@@ -289,9 +292,23 @@ impl GitWorkspace {
     /// Removes the host's worktree: its admin entry in the repository and its
     /// directory, each only where the record says forage made it.
     pub fn remove_worktree(&self, workspaces_dir: &Path) -> Result<()> {
-        let admin_parent = self.common_dir.join("worktrees");
-        if admin_parent.exists() {
-            remove_created_dir(&self.admin_dir(), &admin_parent).map_err(ws_err)?;
+        let admin = self.admin_dir();
+        if admin.exists() {
+            // Only the entry of *this* worktree: its `gitdir` names our directory.
+            let gitdir = std::fs::read_to_string(admin.join("gitdir")).unwrap_or_default();
+            let names = Path::new(gitdir.trim());
+            let ours = self.path.join(".git");
+            let same = names == ours
+                || (names.canonicalize().ok().is_some() && names.canonicalize().ok() == ours.canonicalize().ok());
+            if !same {
+                return Err(ws_err(format!(
+                    "refusing to delete {}: it is not the entry of worktree {} (its gitdir file names {:?})",
+                    admin.display(),
+                    self.path.display(),
+                    gitdir.trim()
+                )));
+            }
+            remove_created_dir(&admin, &self.common_dir.join("worktrees")).map_err(ws_err)?;
         }
         remove_created_dir(&self.path, workspaces_dir).map_err(ws_err)
     }
@@ -475,6 +492,57 @@ impl GitWorkspace {
             }
         }
         Ok(walk.count())
+    }
+
+    /// What only this sandbox holds (see `AtStake`), reading everything and
+    /// changing nothing: the host's branch as it is, the agent's repository
+    /// checked as `sync` would check it.
+    pub fn at_stake(&self) -> Result<AtStake> {
+        let repo = self.open()?;
+        let mut out = AtStake::default();
+        if let Some(tip) = self.tip(&repo) {
+            let mut walk = repo.revwalk().map_err(ws_err)?;
+            walk.push(tip).map_err(ws_err)?;
+            if let Ok(base) = Oid::from_str(&self.base) {
+                let _ = walk.hide(base);
+            }
+            for b in repo.branches(Some(BranchType::Local)).map_err(ws_err)? {
+                let (b, _) = b.map_err(ws_err)?;
+                if b.name().ok().flatten() != Some(self.branch.as_str()) {
+                    if let Some(t) = b.get().target() {
+                        walk.hide(t).map_err(ws_err)?;
+                    }
+                }
+            }
+            for id in walk {
+                let commit = repo.find_commit(id.map_err(ws_err)?).map_err(ws_err)?;
+                out.commits.push(commit_line(commit.id(), commit.summary().unwrap_or("")));
+            }
+        }
+        if let Some((private, git, refs)) = self.private_refs()? {
+            let mut places: Vec<(String, Oid)> =
+                refs.branches.iter().map(|(b, id)| (format!("branch {b}"), *id)).collect();
+            if let Head::Detached(id) = refs.head {
+                places.push(("detached HEAD".into(), id));
+            }
+            places.extend(refs.stash.iter().enumerate().map(|(i, id)| (format!("stash@{{{i}}}"), *id)));
+            let objects = git.dir("objects").map_err(ws_err)?;
+            let mut seen = std::collections::HashSet::new();
+            for (place, tip) in places {
+                match import::look(&repo, objects.as_ref(), &private.staging(), &[tip]) {
+                    Ok(found) => out.unsynced.extend(
+                        found
+                            .commits
+                            .iter()
+                            .filter(|(id, _)| seen.insert(*id))
+                            .map(|(id, s)| format!("{place}: {}", commit_line(*id, s))),
+                    ),
+                    Err(e) => out.unsynced.push(format!("{place}: unreadable ({e})")),
+                }
+            }
+        }
+        out.files = self.dirty_files()?;
+        Ok(out)
     }
 
     /// Commits on the branch since its base that no other branch contains.

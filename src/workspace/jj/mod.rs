@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::git::{import, ArchiveOutcome, Archived, NotArchived};
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known};
+use super::AtStake;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
@@ -210,8 +211,9 @@ fn host_bookmarks(root: &Path) -> Result<BTreeMap<String, Oid>> {
 }
 
 impl JjWorkspace {
-    fn repo_str(&self) -> &str {
-        self.repo.to_str().expect("validated as UTF-8")
+    /// The repository's path for jj's command line (`up` refused any other).
+    fn repo_str(&self) -> Result<&str> {
+        self.repo.to_str().ok_or_else(|| ws_err(format!("the repository path {:?} is not UTF-8", self.repo)))
     }
 
     /// Made before jj sandboxes had a private repository (see `archive`).
@@ -406,7 +408,7 @@ impl JjWorkspace {
     /// Has the repository's jj take in the refs forage wrote (its config is the
     /// user's; the agent can no longer reach it).
     fn host_import(&self) -> Result<()> {
-        jj(None, &["-R", self.repo_str(), "git", "import"]).map(|_| ())
+        jj(None, &["-R", self.repo_str()?, "git", "import"]).map(|_| ())
     }
 
     /// Files of the workspace that changed after jj's snapshot `since` (or that
@@ -531,6 +533,38 @@ impl JjWorkspace {
             Some(dir) => remove_created_dir(dir, private_root).map_err(ws_err),
             None => Ok(()),
         }
+    }
+
+    /// What only this sandbox holds (see `AtStake`), changing nothing: the
+    /// agent's changes, as jj inside just said (`state`) or, without, as the last
+    /// sync brought them.
+    pub fn at_stake(&self, state: Option<&AgentState>) -> Result<AtStake> {
+        let mut out = AtStake::default();
+        let Some(private) = &self.private else { return Ok(out) };
+        let host = self.open_host()?;
+        let work: Vec<Oid> = match state {
+            Some(s) => s.commits.iter().filter(|c| c.work).map(|c| c.id).collect(),
+            None => self
+                .last_sync()
+                .map(|s| s.heads)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|h| Oid::from_str(h).ok())
+                .collect(),
+        };
+        let objects = Dir::open(private)
+            .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
+            .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
+        let unsynced = import::look(&host, objects.as_ref(), &private.join("import"), &work)?;
+        let summaries: HashMap<Oid, String> = unsynced.commits.into_iter().collect();
+        for id in work {
+            let summary = match summaries.get(&id) {
+                Some(s) => s.clone(),
+                None => host.find_commit(id).map(|c| c.summary().unwrap_or("").to_owned()).unwrap_or_default(),
+            };
+            out.commits.push(super::commit_line(id, if summary.is_empty() { "(no description)" } else { &summary }));
+        }
+        Ok(out)
     }
 
     /// The files the working-copy commit changes, from what the last sync brought.

@@ -1,0 +1,276 @@
+//! Host safety: workspaces and mounts that would hand the agent the machine are
+//! refused; no record, however forged, makes forage delete outside its own
+//! directories; bad records and templates are reported, never fatal to the rest.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use crate::git::{git, repo};
+use crate::support::*;
+
+#[test]
+fn dangerous_workspaces_and_mounts_are_refused_with_exit_2_and_create_nothing() {
+    let env = Env::new();
+    let inside_home = env.home.join("workspaces");
+    std::fs::create_dir_all(&inside_home).unwrap();
+    // The engine's socket directory (/var/run is /run here), /, FORAGE_HOME, a
+    // directory holding it, one inside it.
+    for (path, needle) in [
+        ("/var/run", "container engine's socket"),
+        ("/run", "container engine's socket"),
+        ("/", "whole file system"),
+        (env.home.to_str().unwrap(), "is forage's state"),
+        (env.dir.path().to_str().unwrap(), "holds forage's state"),
+        (inside_home.to_str().unwrap(), "is inside forage's state"),
+    ] {
+        let stderr = env.fails(&["up", "danger", "--workspace", path], 2);
+        assert!(stderr.contains("refusing") && stderr.contains(needle), "{path}: {stderr}");
+    }
+    // The user's home (and what holds it) needs --allow-home.
+    let home = env.mkdir("home-of-user");
+    let refused =
+        env.cmd(&["up", "homely", "--workspace", home.to_str().unwrap()]).env("HOME", &home).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-home"), "{}", describe(&refused));
+    // A template mounting the socket directory or FORAGE_HOME's parent.
+    let tpl = env.path("tpl");
+    for (name, source) in [("sock", "/var/run"), ("state", env.dir.path().to_str().unwrap())] {
+        crate::templates::write(
+            &tpl.join(format!("{name}.yaml")),
+            &format!("host_image: {{require: [sh], tools: [sh]}}\nagent: {{command: [sh]}}\nmounts: [{{source: {source}, target: /x}}]\n"),
+        );
+        let ws = env.mkdir("ws");
+        let out = env
+            .cmd(&["up", name, "-t", name, "--workspace", ws.to_str().unwrap()])
+            .env("FORAGE_TEMPLATES_PATH", &tpl)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("forage never hands an agent"), "{}", describe(&out));
+    }
+    env.assert_nothing_left();
+    let allowed = env
+        .cmd(&["up", "homely", "--workspace", home.to_str().unwrap(), "--allow-home", "--no-start"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(allowed.status.success(), "{}", describe(&allowed));
+    env.ok(&["down", "homely"]);
+}
+
+/// Writes a record as an attacker with access to FORAGE_HOME would: `base` with
+/// the given fields changed.
+fn forge(env: &Env, base: &serde_json::Value, name: &str, change: impl Fn(&mut serde_json::Value)) {
+    let mut record = base.clone();
+    record["name"] = name.into();
+    record["container"] = format!("forage-{name}").into();
+    record["state"] = "removing".into();
+    change(&mut record);
+    std::fs::write(env.home.join(format!("sandboxes/{name}.json")), serde_json::to_vec(&record).unwrap()).unwrap();
+}
+
+#[test]
+fn no_forged_record_makes_forage_delete_outside_its_directories() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("model");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap(), "--no-start"]);
+    let model = env.json(&["status", &name, "--json"])["record"].clone();
+    let victims: Vec<_> = ["victim1", "victim2", "victim3", "fake/worktrees/victim4"]
+        .iter()
+        .map(|rel| {
+            let v = env.mkdir(rel);
+            std::fs::write(v.join("keep"), "the user's\n").unwrap();
+            v
+        })
+        .collect();
+    let before: Vec<Snapshot> = victims.iter().map(|v| snapshot(v)).collect();
+    let h = env.home.display().to_string();
+    std::os::unix::fs::symlink(&victims[1], env.home.join("workspaces/link")).unwrap();
+
+    let ws = |w: &mut serde_json::Value, key: &str, value: String| w["workspace"][key] = value.into();
+    let undo_worktree = serde_json::json!([{"step": "git-worktree"}]);
+    let undo_private = serde_json::json!([{"step": "private-repo"}]);
+    // A workspace path through `..`, and through a symlink under workspaces/
+    // (the worktree's entry in the repository named so that there is none).
+    forge(&env, &model, "dotdot", |r| {
+        ws(r, "path", format!("{h}/workspaces/../../victim1"));
+        ws(r, "worktree_id", "gone".into());
+        r["journal"] = undo_worktree.clone();
+    });
+    forge(&env, &model, "symlinked", |r| {
+        ws(r, "path", format!("{h}/workspaces/link"));
+        ws(r, "worktree_id", "gone".into());
+        r["journal"] = undo_worktree.clone();
+    });
+    // A private repository through `..`.
+    forge(&env, &model, "private", |r| {
+        ws(r, "private", format!("{h}/private/../../victim3"));
+        r["journal"] = undo_private.clone();
+    });
+    // A repository "admin entry" that is someone's directory.
+    forge(&env, &model, "admin", |r| {
+        ws(r, "common_dir", env.path("fake").display().to_string());
+        ws(r, "worktree_id", "victim4".into());
+        ws(r, "path", format!("{h}/workspaces/admin"));
+        r["journal"] = undo_worktree.clone();
+    });
+
+    env.run(&["gc", "--force"]);
+    for forged in ["dotdot", "symlinked", "private", "admin"] {
+        let out = env.run(&["down", forged]);
+        assert!(!out.status.success(), "{forged}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("refusing to delete"), "{forged}: {stderr}");
+    }
+    for (v, b) in victims.iter().zip(&before) {
+        assert_eq!(&snapshot(v), b, "{} was touched", v.display());
+    }
+    env.ok(&["down", &name]);
+}
+
+#[test]
+fn list_gc_and_down_all_get_past_a_corrupt_record_and_one_from_a_newer_forage() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let good = env.unique("good");
+    env.ok(&["up", &good, "--workspace", ws.to_str().unwrap(), "--no-start"]);
+    let sandboxes = env.home.join("sandboxes");
+    std::fs::write(sandboxes.join("broken.json"), "{ not json").unwrap();
+    let mut future = env.json(&["status", &good, "--json"])["record"].clone();
+    future["version"] = 99.into();
+    future["name"] = "future".into();
+    std::fs::write(sandboxes.join("future.json"), serde_json::to_vec(&future).unwrap()).unwrap();
+
+    let list = env.json(&["list", "--json"]);
+    let status = |n: &str| list.as_array().unwrap().iter().find(|r| r["name"] == n).map(|r| r["status"].clone());
+    assert_eq!(status(&good), Some("created".into()), "{list}");
+    assert_eq!(status("broken"), Some("corrupt".into()), "{list}");
+    assert_eq!(status("future"), Some("unsupported version".into()), "{list}");
+    assert!(env.ok(&["list"]).contains("corrupt"));
+    let findings = env.json(&["gc", "--json"]);
+    let unreadable = findings.as_array().unwrap().iter().filter(|f| f["kind"] == "unreadable-record").count();
+    assert_eq!(unreadable, 2, "{findings}");
+    let err = env.fails(&["status", "future"], 1);
+    assert!(err.contains("unsupported version") && err.contains("newer forage-ctl"), "{err}");
+
+    let out = env.run(&["down", "--all"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt"), "{}", describe(&out));
+    assert!(inspect(&format!("forage-{good}")).is_none(), "the good sandbox went all the same");
+    assert!(sandboxes.join("broken.json").exists() && sandboxes.join("future.json").exists());
+}
+
+#[test]
+fn templates_too_big_or_too_deep_are_refused_before_they_are_parsed() {
+    let env = Env::new();
+    let tpl = env.path("tpl");
+    crate::templates::write(
+        &tpl.join("deep.yaml"),
+        &format!("description: {}{}\n", "[".repeat(30_000), "]".repeat(30_000)),
+    );
+    crate::templates::write(&tpl.join("big.yaml"), &format!("description: x\n#{}\n", "x".repeat(70_000)));
+    let show = |name: &str| env.cmd(&["templates", "show", name]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
+    let out = show("deep");
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("deep.yaml:1: nested more than 32 levels"),
+        "{}",
+        describe(&out)
+    );
+    let out = show("big");
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 64 KiB"), "{}", describe(&out));
+}
+
+#[test]
+fn bad_image_references_branch_names_and_paths_get_one_clear_line() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let stderr = env.fails(&["up", "img", "--workspace", ws.to_str().unwrap(), "--image", "Bad Image:"], 2);
+    assert!(stderr.contains("\"Bad Image:\" is not an image reference") && stderr.lines().count() == 1, "{stderr}");
+    let tpl = env.path("tpl");
+    crate::templates::write(&tpl.join("badimg.yaml"), "image: ubuntu:\nagent: {command: [sh]}\n");
+    let out = env
+        .cmd(&["up", "img", "-t", "badimg", "--workspace", ws.to_str().unwrap()])
+        .env("FORAGE_TEMPLATES_PATH", &tpl)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // A sandbox name that makes no branch name: said in plain words.
+    let repo = repo(&env, "repo");
+    let stderr = env.fails(&["up", "nc-x.lock", "--git-worktree", repo.to_str().unwrap()], 2);
+    assert!(stderr.contains("sandbox name \"nc-x.lock\"") && !stderr.contains("SandboxName("), "{stderr}");
+    // A mistyped template name gets the closest one.
+    let stderr = env.fails(&["up", "t", "-t", "claude-code", "--workspace", ws.to_str().unwrap()], 3);
+    assert!(stderr.contains("did you mean \"claude\"?"), "{stderr}");
+    // A jj repository at a path that is not UTF-8: refused, no panic.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = env.dir.path().join(std::ffi::OsStr::from_bytes(b"jj-\xff"));
+    std::fs::create_dir(&odd).unwrap();
+    std::fs::create_dir_all(odd.join(".jj/repo")).unwrap();
+    let out = env.cmd(&["up", "odd"]).arg("--jj").arg(&odd).output().unwrap();
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not UTF-8"), "{}", describe(&out));
+    let orphan = env.home.join("workspaces/odd");
+    std::fs::create_dir_all(orphan.join(".jj")).unwrap();
+    std::fs::write(orphan.join(".jj/repo"), odd.join(".jj/repo").as_os_str().as_bytes()).unwrap();
+    let report = env.json(&["gc", "--force", "--json"]);
+    assert!(report.to_string().contains("by hand"), "{report}");
+    assert!(orphan.join(".jj/repo").exists(), "what forage cannot trace back is left alone");
+}
+
+/// The lock file `forage-ctl` takes for a repository (see `Home::lock_repo`).
+fn repo_lock(env: &Env, repo: &Path) -> std::path::PathBuf {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(repo.join(".git").canonicalize().unwrap().as_os_str().as_encoded_bytes());
+    let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    env.home.join(format!("locks/repo-{key}.lock"))
+}
+
+#[test]
+fn ctrl_c_while_up_waits_for_a_lock_ends_it_at_once_and_leaves_the_other_sandbox_alone() {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let first = env.unique("first");
+    env.ok(&["up", &first, "--git-worktree", repo.to_str().unwrap()]);
+    // Another forage-ctl, in the middle of changing the repository.
+    let lock = repo_lock(&env, &repo);
+    let file = std::fs::File::options().create(true).truncate(false).write(true).open(&lock).unwrap();
+    let held = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e).unwrap();
+
+    let second = env.unique("second");
+    let mut child = env
+        .cmd(&["up", &second, "--git-worktree", repo.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("waiting for the repository") {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "up ended without waiting: {said}");
+        said.push_str(&line);
+    }
+    assert!(said.contains("Ctrl-C gives up"), "{said}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    // A guard against hanging for ever, not a timing goal.
+    assert!(eventually(30, || child.try_wait().unwrap().is_some()), "up ignored Ctrl-C while waiting");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(1), "{rest}");
+    assert!(rest.contains("interrupted while waiting for the repository"), "{rest}");
+    drop(held);
+
+    // Nothing of the second sandbox; the first one untouched and working.
+    assert!(inspect(&format!("forage-{second}")).is_none());
+    assert!(!env.home.join(format!("sandboxes/{second}.json")).exists());
+    assert!(git(&repo, &["branch", "--list", &format!("forage-{second}")]).is_empty());
+    assert_eq!(env.json(&["list", "--json"])[0]["status"], "running");
+    env.ok(&["exec", &first, "--", "true"]);
+    env.ok(&["down", &first]);
+    env.assert_nothing_left();
+}
