@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::io::Read;
 
 use bollard::container::{
-    Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions, ListContainersOptions,
-    LogOutput, LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
+    AttachContainerOptions, Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
+    ListContainersOptions, LogOutput, LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
     UploadToContainerOptions, WaitContainerOptions,
 };
 use bollard::models::{HostConfig, Mount as DockerMount, MountTypeEnum};
@@ -13,8 +13,8 @@ use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::{
-    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, ReadyImage, Runtime, AGENT_HOME,
-    WORKSPACE_TARGET,
+    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, ReadyImage, Runtime, StartWatch,
+    AGENT_HOME, WORKSPACE_TARGET,
 };
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
@@ -173,8 +173,8 @@ impl Runtime for Docker {
             ImageSource::Reference(reference) => reference.clone(),
             ImageSource::Host { template, spec } => {
                 // Built for the invoking user: it carries their identity.
-                let reference = super::image::ensure_host_image(&self.api, template, spec, progress).await?;
-                return Ok(ReadyImage { reference, has_identity: true });
+                let (reference, tools) = super::image::ensure_host_image(&self.api, template, spec, progress).await?;
+                return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools) });
             }
             ImageSource::Build { template, context } => {
                 super::image::ensure_built_image(&self.api, template, context, progress).await?
@@ -194,7 +194,7 @@ impl Runtime for Docker {
             .config
             .and_then(|c| c.labels)
             .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&format!("{}:{}", me.uid, me.gid)));
-        Ok(ReadyImage { reference, has_identity })
+        Ok(ReadyImage { reference, has_identity, programs: None })
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
@@ -335,51 +335,26 @@ impl Runtime for Docker {
         removed.map(|()| ran)
     }
 
-    async fn has_program(&self, container: &str, program: &str) -> Result<bool> {
-        let candidates: Vec<String> = if program.contains('/') {
-            let path =
-                if program.starts_with('/') { program.to_owned() } else { format!("{WORKSPACE_TARGET}/{program}") };
-            vec![path]
-        } else {
-            let inspected = self
-                .api
-                .inspect_container(container, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| Error::docker(format!("inspecting container {container}"), e))?;
-            let env = inspected.config.and_then(|c| c.env).unwrap_or_default();
-            let path = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/local/bin:/usr/bin:/bin");
-            path.split(':')
-                .filter(|d| d.starts_with('/'))
-                .map(|d| format!("{}/{program}", d.trim_end_matches('/')))
-                .collect()
+    async fn watch(&self, container: &str) -> Result<StartWatch> {
+        let options = AttachContainerOptions::<String> {
+            stream: Some(true),
+            stdout: Some(true),
+            stderr: Some(true),
+            stdin: Some(false),
+            logs: Some(false),
+            detach_keys: None,
         };
-        for path in candidates {
-            // The engine answers 404 at once for a path that is not there; for one
-            // that is, only the first chunk of the archive is read.
-            let mut stream =
-                self.api.download_from_container(container, Some(DownloadFromContainerOptions { path: path.as_str() }));
-            match stream.next().await {
-                Some(Ok(_)) => return Ok(true),
-                Some(Err(e)) if is_docker_not_found(&e) => continue,
-                Some(Err(e)) => return Err(Error::docker(format!("looking for {path} in {container}"), e)),
-                None => continue,
-            }
-        }
-        Ok(false)
-    }
-
-    async fn output_tail(&self, container: &str, lines: u64) -> Result<String> {
-        let options =
-            LogsOptions::<String> { stdout: true, stderr: true, tail: lines.to_string(), ..Default::default() };
-        let chunks: Vec<LogOutput> = self
+        let attached = self
             .api
-            .logs(container, Some(options))
-            .try_collect()
+            .attach_container(container, Some(options))
             .await
-            .map_err(|e| Error::docker(format!("reading the output of {container}"), e))?;
-        let text: String = chunks.into_iter().map(|c| String::from_utf8_lossy(&c.into_bytes()).into_owned()).collect();
-        // A TTY ends lines with \r\n.
-        Ok(text.replace("\r\n", "\n"))
+            .map_err(|e| Error::docker(format!("attaching to {container}"), e))?;
+        // An error ends the output like an exit: the caller then asks the engine.
+        let output = attached
+            .output
+            .take_while(|chunk| std::future::ready(chunk.is_ok()))
+            .filter_map(|chunk| std::future::ready(chunk.ok().map(|c| c.into_bytes())));
+        Ok(StartWatch::new(output))
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

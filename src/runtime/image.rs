@@ -102,20 +102,22 @@ fn cache_key(tools: &[(String, PathBuf)], who: Identity) -> String {
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Returns the image reference for `spec`, building it first if the engine lacks it.
+/// Returns the image reference for `spec`, building it first if the engine lacks
+/// it, and the names of the tools in it (each at /usr/bin/<name>).
 pub async fn ensure_host_image(
     api: &bollard::Docker,
     template: &str,
     spec: &HostImage,
     progress: &dyn Progress,
-) -> Result<String> {
+) -> Result<(String, Vec<String>)> {
     let tools = resolve_tools(spec)?;
+    let names: Vec<String> = tools.iter().map(|(name, _)| name.clone()).collect();
     let who = Identity::current();
     let key = cache_key(&tools, who);
     let repo = format!("forage-host/{}", repository_component(template));
     let reference = format!("{repo}:{key}");
     match api.inspect_image(&reference).await {
-        Ok(_) => return Ok(reference),
+        Ok(_) => return Ok((reference, names)),
         Err(e) if is_docker_not_found(&e) => {}
         Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
     }
@@ -139,7 +141,7 @@ pub async fn ensure_host_image(
         .await
         .map_err(|e| Error::docker(format!("importing image {reference}"), e))?;
     progress.finish();
-    Ok(reference)
+    Ok((reference, names))
 }
 
 /// Builds a template's image from its Dockerfile unless the engine already has it.

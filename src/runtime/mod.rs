@@ -68,6 +68,9 @@ pub struct ReadyImage {
     /// The image already holds the invoking user's passwd/group entries and HOME
     /// (forage built it for them), so `create` copies nothing in.
     pub has_identity: bool,
+    /// The programs on the image's PATH, when forage knows them all (it built the
+    /// image from host tools); `None` for other images.
+    pub programs: Option<Vec<String>>,
 }
 
 /// Where a sandbox's image comes from.
@@ -79,6 +82,51 @@ pub enum ImageSource {
     Host { template: String, spec: HostImage },
     /// Built from a Dockerfile, cached by a hash of the build context.
     Build { template: String, context: image::BuildContext },
+}
+
+/// A container's output since it started, held open: the engine ends it as soon
+/// as the container's process has exited, well before the container's state
+/// says so.
+pub struct StartWatch {
+    output: Option<std::pin::Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>>,
+    seen: Vec<u8>,
+}
+
+impl StartWatch {
+    /// Over `output`, the container's output as it comes.
+    pub fn new(output: impl futures_util::Stream<Item = bytes::Bytes> + Send + 'static) -> Self {
+        StartWatch { output: Some(Box::pin(output)), seen: Vec::new() }
+    }
+
+    /// Nothing to watch (a runtime that cannot tell): never ends.
+    pub fn unwatched() -> Self {
+        StartWatch { output: None, seen: Vec::new() }
+    }
+
+    /// Waits up to `window` for the output to end. `Some(the last of the
+    /// output)` if it ended (the process exited), `None` if it still runs.
+    pub async fn ended_within(&mut self, window: std::time::Duration) -> Option<String> {
+        use futures_util::StreamExt;
+        let stream = self.output.as_mut()?;
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(bytes)) => {
+                    self.seen.extend_from_slice(&bytes);
+                    // Only the end is shown: keep the last 16 KiB.
+                    let excess = self.seen.len().saturating_sub(16 << 10);
+                    self.seen.drain(..excess);
+                }
+                Ok(None) => {
+                    self.output = None;
+                    let text = String::from_utf8_lossy(&self.seen).replace("\r\n", "\n");
+                    let lines: Vec<&str> = text.lines().collect();
+                    return Some(lines[lines.len().saturating_sub(20)..].join("\n"));
+                }
+                Err(_) => return None,
+            }
+        }
+    }
 }
 
 /// One forage container as `list` sees it.
@@ -123,11 +171,9 @@ pub trait Runtime {
     /// own container is gone. A container of that name left by a killed forage is
     /// removed first.
     async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)>;
-    /// Whether `program` (a name looked up on the container's PATH, or a path) is
-    /// in the created container's file system.
-    async fn has_program(&self, container: &str, program: &str) -> Result<bool>;
-    /// The last `lines` lines of the container's output.
-    async fn output_tail(&self, container: &str, lines: u64) -> Result<String>;
+    /// Follows the (created, not yet started) container's output from its start
+    /// on, to tell an agent that died at once from one that runs.
+    async fn watch(&self, container: &str) -> Result<StartWatch>;
     /// Every container labelled as belonging to `home`, in one Engine API call.
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
 }

@@ -41,13 +41,12 @@ impl<R: Runtime> Engine<'_, R> {
     pub async fn start(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.lock_sandbox(name).await?;
         let record = self.ready_record(name).await?;
-        self.runtime.start(&record.container).await?;
-        if let Err(e) = self.run_init(&record).await {
+        if let Err(e) = self.start_agent(&record).await {
             // The agent's launcher would wait for init forever: stop it instead.
             self.runtime.stop(&record.container, record.stop_timeout).await?;
             return Err(e);
         }
-        self.check_still_running(&record).await
+        Ok(())
     }
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {

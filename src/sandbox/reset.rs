@@ -52,6 +52,7 @@ impl<R: Runtime> Engine<'_, R> {
         let source = image_source(template, options)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
         let mut spec = container_spec(name, template, options, &record.workspace, image.clone(), &self.home)?;
+        self.check_program(&spec)?;
         let read_only = options.read_only || template.template.workspace.read_only;
         let mut mounts = record.workspace.mounts(read_only);
         mounts.append(&mut spec.mounts);
@@ -69,15 +70,12 @@ impl<R: Runtime> Engine<'_, R> {
         let made = async {
             self.step(&format!("creating container {}", spec.name));
             self.runtime.create(&spec).await?;
-            self.check_program(&spec).await?;
-            self.step(&format!("starting container {}", spec.name));
-            self.runtime.start(&spec.name).await?;
-            if let Err(e) = self.run_init(&record).await {
+            if let Err(e) = self.start_agent(&record).await {
                 // The agent's launcher would wait for init forever: stop it instead.
                 self.runtime.stop(&spec.name, record.stop_timeout).await?;
                 return Err(e);
             }
-            self.check_still_running(&record).await
+            Ok(())
         };
         if let Err(e) = made.await {
             self.progress.finish();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::progress::Silent;
-use crate::runtime::{ContainerDetails, ContainerSummary, ImageSource, ReadyImage};
+use crate::runtime::{ContainerDetails, ContainerSummary, ImageSource, ReadyImage, StartWatch};
 use crate::template;
 use crate::workspace::direct::DirectPath;
 use crate::workspace::git::GitRequest;
@@ -35,7 +35,7 @@ impl Runtime for FakeRuntime {
         if self.fail_image.get() {
             return Err(Error::other("image build failed on purpose"));
         }
-        Ok(ReadyImage { reference: "fake:1".into(), has_identity: true })
+        Ok(ReadyImage { reference: "fake:1".into(), has_identity: true, programs: None })
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
         self.log(&format!("create {}", spec.name));
@@ -70,15 +70,19 @@ impl Runtime for FakeRuntime {
         self.log(&format!("run_to_end {}", spec.name));
         Ok((0, String::new()))
     }
-    async fn has_program(&self, _: &str, _: &str) -> Result<bool> {
-        Ok(true)
-    }
-    async fn output_tail(&self, _: &str, _: u64) -> Result<String> {
-        Ok(String::new())
+    async fn watch(&self, _: &str) -> Result<StartWatch> {
+        Ok(StartWatch::unwatched())
     }
     async fn list(&self, _: &str) -> Result<Vec<ContainerSummary>> {
         Ok(Vec::new())
     }
+}
+
+/// A direct workspace beside the test's FORAGE_HOME (`<dir>/home`).
+fn direct_workspace(dir: &Path) -> DirectPath {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    DirectPath::validate(&ws, &dir.join("home"), true).unwrap()
 }
 
 fn template() -> template::Resolved {
@@ -106,7 +110,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime { fail_start: true, ..Default::default() };
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
+    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
     let err = block_on(engine(&dir.path().join("home"), &runtime).up(request("a", ws))).unwrap_err();
     assert!(err.to_string().contains("start failed on purpose"));
     assert_eq!(runtime.calls(), ["ensure_image", "create forage-a", "start forage-a", "remove forage-a"]);
@@ -118,7 +122,7 @@ fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() 
 fn up_journals_each_step_before_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime::default();
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
+    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
     let record = block_on(engine(&dir.path().join("home"), &runtime).up(request("b", ws))).unwrap();
     assert_eq!(record.state, RecordState::Ready);
     assert_eq!(record.journal, vec![Step::Container { name: "forage-b".into() }]);
@@ -160,7 +164,7 @@ fn reset_settles_the_image_before_it_touches_the_old_container() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = FakeRuntime::default();
     let eng = engine(&dir.path().join("home"), &runtime);
-    let ws = WorkspaceRequest::Direct(DirectPath::validate(dir.path(), &dir.path().join("no-home"), true).unwrap());
+    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
     block_on(eng.up(request("r", ws))).unwrap();
     let name = SandboxName::parse("r").unwrap();
     let resolve = |_: &str| Ok(template());
