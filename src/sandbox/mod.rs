@@ -15,6 +15,7 @@ mod tests;
 
 pub use plan::{preflight, SecretFile, UpOptions, UpRequest};
 pub use query::{not_found, GitStatus, SandboxRow, SandboxStatus};
+use sync::ImportHostView;
 pub use sync::Synced;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -403,7 +404,7 @@ impl<R: Runtime> Engine<'_, R> {
             _ => None,
         };
         let mut jj_state = match (jj, containers.is_empty()) {
-            (Some(j), false) => self.jj_state_if_running(record, j).await,
+            (Some(j), false) => self.jj_state_if_running(record, j, ImportHostView::No).await,
             _ => None,
         };
         if how.graceful && !containers.is_empty() {
@@ -415,7 +416,7 @@ impl<R: Runtime> Engine<'_, R> {
         }
         kill_point("removed-container");
         if let (Some(j), None, false) = (jj, &jj_state, how.discard) {
-            jj_state = Some(self.jj_state_in_helper(record, j).await);
+            jj_state = Some(self.jj_state_in_helper(record, j, ImportHostView::No).await);
         }
 
         // The repository is locked only if something of it is to be archived or

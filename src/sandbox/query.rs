@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::journal::Step;
-use super::{Engine, Synced};
+use super::{Engine, ImportHostView, Synced};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::{ContainerDetails, Runtime};
@@ -80,11 +80,13 @@ impl<R: Runtime> Engine<'_, R> {
                 WorkspaceRecord::GitWorktree(_) => Some(self.sync_record(&record).await.map(Synced::Git)),
                 // jj: only while the agent's container runs (no helper container
                 // for a status); otherwise what the last sync brought.
-                WorkspaceRecord::Jj(j) if !j.is_legacy() => match self.jj_state_if_running(&record, j).await {
-                    Some(Ok(state)) => Some(self.sync_jj(&record, j, &state).await.map(Synced::Jj)),
-                    Some(Err(why)) => Some(Err(Error::Workspace(why))),
-                    None => None,
-                },
+                WorkspaceRecord::Jj(j) if !j.is_legacy() => {
+                    match self.jj_state_if_running(&record, j, ImportHostView::No).await {
+                        Some(Ok(state)) => Some(self.sync_jj(&record, j, &state).await.map(Synced::Jj)),
+                        Some(Err(why)) => Some(Err(Error::Workspace(why))),
+                        None => None,
+                    }
+                }
                 _ => None,
             }
             .map(|r| r.map_err(|e| e.to_string()));
@@ -133,7 +135,7 @@ impl<R: Runtime> Engine<'_, R> {
                 g.at_stake().map(Some)
             }
             WorkspaceRecord::Jj(j) if !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => {
-                let state = self.jj_state_if_running(&record, j).await.and_then(|s| s.ok());
+                let state = self.jj_state_if_running(&record, j, ImportHostView::No).await.and_then(|s| s.ok());
                 j.at_stake(state.as_ref()).map(Some)
             }
             _ => Ok(None),

@@ -24,6 +24,15 @@ pub enum Synced {
     Jj(JjSync),
 }
 
+/// Whether jj inside should also take in the host's bookmarks (`NAME@host`)
+/// before saying what the agent did: at `sync`, which is when the agent expects
+/// to see the host move; not at `down` or `status`, which would only pay for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ImportHostView {
+    Yes,
+    No,
+}
+
 impl<R: Runtime> Engine<'_, R> {
     /// Brings the agent's work to the host: for git, its branch's new commits
     /// (verified) onto the host's `forage-<name>`; for jj, its changes (verified)
@@ -33,9 +42,9 @@ impl<R: Runtime> Engine<'_, R> {
         let record = self.record(name)?;
         match &record.workspace {
             WorkspaceRecord::Jj(j) if !j.is_legacy() => {
-                let state = match self.jj_state_if_running(&record, j).await {
+                let state = match self.jj_state_if_running(&record, j, ImportHostView::Yes).await {
                     Some(state) => state,
-                    None => self.jj_state_in_helper(&record, j).await,
+                    None => self.jj_state_in_helper(&record, j, ImportHostView::Yes).await,
                 };
                 let state = state.map_err(Error::Workspace)?;
                 self.sync_jj(&record, j, &state).await.map(Synced::Jj)
@@ -105,16 +114,23 @@ impl<R: Runtime> Engine<'_, R> {
         &self,
         record: &Record,
         j: &JjWorkspace,
+        import: ImportHostView,
     ) -> Option<std::result::Result<AgentState, String>> {
         let running = matches!(self.runtime.inspect(&record.container).await, Ok(Some(c)) if c.state == "running");
         if !running {
             return None;
         }
         let since = now_precise();
-        Some(match self.runtime.run_captured(&record.container, j.state_command(), Identity::current()).await {
-            Ok((_, output)) => AgentState::parse(&output, since),
-            Err(e) => Err(e.to_string()),
-        })
+        Some(
+            match self
+                .runtime
+                .run_captured(&record.container, j.state_command(import == ImportHostView::Yes), Identity::current())
+                .await
+            {
+                Ok((_, output)) => AgentState::parse(&output, since),
+                Err(e) => Err(e.to_string()),
+            },
+        )
     }
 
     /// The same, in a container made for it from the sandbox's image and mounts,
@@ -123,6 +139,7 @@ impl<R: Runtime> Engine<'_, R> {
         &self,
         record: &Record,
         j: &JjWorkspace,
+        import: ImportHostView,
     ) -> std::result::Result<AgentState, String> {
         if record.image.is_empty() {
             return Err("the sandbox's image is unknown, so jj cannot be run for it".into());
@@ -141,7 +158,7 @@ impl<R: Runtime> Engine<'_, R> {
             program: "sh".into(),
             image,
             labels: HashMap::from([(LABEL_HOME.to_string(), self.home.label())]),
-            command: j.state_command(),
+            command: j.state_command(import == ImportHostView::Yes),
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             identity: Identity::current(),
             mounts: record.workspace.mounts(false),

@@ -248,6 +248,15 @@ fn jj_errors_are_clear() {
     let repo = jj_repo(&env, "repo", true);
     let stderr = env.fails(&["up", "nojj", "--jj", repo.to_str().unwrap(), "--base", "nosuchrev"], 6);
     assert!(stderr.contains("nosuchrev"), "{stderr}");
+    let stderr = env.fails(&["up", "nojj", "--jj", repo.to_str().unwrap(), "--base", "none()"], 6);
+    assert!(stderr.contains("\"none()\" names no commit"), "{stderr}");
+    // A revset with quotes and backslashes reaches jj intact (forage quotes it
+    // inside a template): it names the commit described "base".
+    let main = jj(&repo, &["log", "--no-graph", "-r", "main", "-T", "commit_id"]);
+    let quoted = r#"description(regex:"^ba\\w+\n$") & description(exact:"base\n")"#;
+    env.ok(&["up", "quoted", "--jj", repo.to_str().unwrap(), "--base", quoted, "--no-start"]);
+    assert_eq!(env.json(&["status", "quoted", "--json"])["git"]["base"], main.as_str());
+    env.ok(&["down", "quoted", "--discard"]);
     env.fails(&["up", "nojj", "--jj", repo.to_str().unwrap(), "--branch", "x"], 2);
     let stderr = env.fails(&["up", "archive", "--jj", repo.to_str().unwrap()], 2);
     assert!(stderr.contains("forage/archive"), "{stderr}");

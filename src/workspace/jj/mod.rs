@@ -2,9 +2,10 @@
 //! alone brings its work to REPO, as bookmark `forage/<name>` (SPEC §3a).
 //!
 //! forage makes the private repository at `up`, before anything runs inside, by
-//! running jj on the host in the new workspace directory: `jj git init` (a git
-//! store that borrows REPO's objects through `alternates`), the host's bookmarks
-//! as remote bookmarks `NAME@host`, and a first change on the base. Its `.jj` then
+//! running jj on the host in the new workspace directory: `jj git init` on a git
+//! store forage prepared (it borrows REPO's objects through `alternates` and holds
+//! the host's bookmarks as remote bookmarks `NAME@host`), and `jj new` for a first
+//! change on the base. Its `.jj` then
 //! moves to FORAGE_HOME/private/<name>/jj, which is mounted over /workspace/.jj:
 //! on the host, the workspace directory holds only the files, so no jj run there
 //! can pick up the agent's repository.
@@ -19,7 +20,7 @@
 
 pub mod state;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -92,6 +93,10 @@ pub struct JjWorkspace {
     /// FORAGE_HOME/private/<name>. `None` in those older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private: Option<PathBuf>,
+    /// The repository's bookmarks as `up` read them a moment before making the
+    /// private repository, so that `create` need not run jj again for them.
+    #[serde(skip)]
+    pub bookmarks_seen: Option<BTreeMap<String, Oid>>,
 }
 
 /// Validated input for a new jj sandbox; nothing is created yet.
@@ -121,7 +126,9 @@ impl JjRequest {
         let root = jj_root(&start).ok_or_else(|| {
             ws_err(format!("{shown:?} is not inside a jj repository; run `jj git init` there first, or use --git-worktree / --workspace"))
         })?;
-        let root_str = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+        if root.to_str().is_none() {
+            return Err(ws_err(format!("the repository path {shown:?} is not UTF-8, which jj's command line needs; move the repository to a UTF-8 path")));
+        }
         if name.as_str() == "archive" {
             return Err(Error::Usage(
                 "a jj sandbox cannot be named \"archive\": its bookmark forage/archive would clash with the archive bookmarks forage/archive/…; pick another name".into(),
@@ -130,27 +137,16 @@ impl JjRequest {
         let repo_dir = resolve_repo_dir(&root)?;
         let git_dir = git_store(&repo_dir)?;
         let bookmark = format!("forage/{name}");
-        let existing = host_bookmarks(&root)?;
-        // After the first jj call, so that "jj is not installed" is said plainly.
-        let revset = base.unwrap_or("@-");
-        let base: Vec<String> =
-            jj(None, &["-R", root_str, "log", "-r", revset, "--no-graph", "-T", "commit_id ++ \"\\n\""])
-                .map_err(|e| match base {
-                    Some(b) => ws_err(format!("--base {b:?} names no commit in {}: {e}", root.display())),
-                    None => e,
-                })?
-                .lines()
-                .map(str::to_owned)
-                .collect();
-        if base.is_empty() {
-            return Err(ws_err(format!("--base {revset:?} names no commit in {}", root.display())));
-        }
-        if existing.contains_key(&bookmark) {
+        let found = base_and_bookmarks(&root, base)?;
+        if found.taken.contains(&bookmark) {
             return Err(Error::Conflict(format!(
                 "{} already has a bookmark {bookmark}, made by a sandbox of this name in another FORAGE_HOME or left over; `jj -R {:?} log -r {bookmark}` shows it: delete it once nothing on it is needed, or pick another sandbox name",
                 root.display(),
                 root
             )));
+        }
+        if found.base.is_empty() {
+            return Err(ws_err(format!("--base {:?} names no commit in {}", base.unwrap_or("@-"), root.display())));
         }
         super::ensure_workspace_dir_free(&path, name)?;
         super::ensure_workspace_dir_free(&private, name)?;
@@ -162,8 +158,9 @@ impl JjRequest {
                 path,
                 bookmark,
                 workspace: String::new(),
-                base,
+                base: found.base,
                 private: Some(private),
+                bookmarks_seen: Some(found.bookmarks),
             },
         })
     }
@@ -210,6 +207,51 @@ fn host_bookmarks(root: &Path) -> Result<BTreeMap<String, Oid>> {
         .collect())
 }
 
+/// What `up` reads of the repository, in one jj run (each costs ~30 ms).
+struct BaseAndBookmarks {
+    /// The commits of the base revset, newest first.
+    base: Vec<String>,
+    /// Local bookmarks that point at one commit, by name.
+    bookmarks: BTreeMap<String, Oid>,
+    /// Every local bookmark's name, conflicted ones included.
+    taken: HashSet<String>,
+}
+
+/// The commits of `base` (default `@-`) and the repository's local bookmarks.
+fn base_and_bookmarks(root: &Path, base: Option<&str>) -> Result<BaseAndBookmarks> {
+    let root_str = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+    let revset = base.unwrap_or("@-");
+    let quoted = revset.replace('\\', "\\\\").replace('"', "\\\"");
+    let template = format!(
+        r#"if(self.contained_in("{quoted}"), "base " ++ commit_id ++ "\n") ++ local_bookmarks.map(|b| if(b.conflict(), "conflicted ", "bookmark ") ++ b.name() ++ " " ++ commit_id ++ "\n").join("")"#
+    );
+    let query = format!("({revset}) | bookmarks()");
+    // The first jj call of `up`, so that "jj is not installed" is said plainly.
+    let out =
+        jj(None, &["-R", root_str, "log", "--no-graph", "-r", &query, "-T", &template]).map_err(|e| match base {
+            Some(b) => ws_err(format!("--base {b:?} names no commit in {}: {e}", root.display())),
+            None => e,
+        })?;
+    let mut found = BaseAndBookmarks { base: Vec::new(), bookmarks: BTreeMap::new(), taken: HashSet::new() };
+    for line in out.lines() {
+        let mut words = line.split(' ');
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("base"), Some(id), None, None) => found.base.push(id.to_owned()),
+            (Some("bookmark"), Some(name), Some(id), None) => {
+                found.taken.insert(name.to_owned());
+                if let Ok(id) = Oid::from_str(id) {
+                    found.bookmarks.insert(name.to_owned(), id);
+                }
+            }
+            (Some("conflicted"), Some(name), Some(_), None) => {
+                found.taken.insert(name.to_owned());
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
 impl JjWorkspace {
     /// The repository's path for jj's command line (`up` refused any other).
     fn repo_str(&self) -> Result<&str> {
@@ -240,27 +282,31 @@ impl JjWorkspace {
 
     /// Makes the private repository, in the new workspace directory (nothing runs
     /// inside yet), then moves its `.jj` to FORAGE_HOME/private/<name>/jj.
+    ///
+    /// Its git store is prepared first (the host's objects as alternates, the
+    /// base as tags, the host's bookmarks as `refs/remotes/host/*`) so that
+    /// `jj git init --git-repo` imports them in the same run; the store is then
+    /// moved inside `.jj` where `jj git init --no-colocate` would have put it, so
+    /// that it is found at the same relative place inside the container.
     pub fn create(&self) -> Result<()> {
-        let (Some(private_jj), Some(host_refs)) = (self.private_jj(), self.host_refs()) else { return Ok(()) };
+        let (Some(private), Some(private_jj), Some(host_refs)) = (&self.private, self.private_jj(), self.host_refs())
+        else {
+            return Ok(());
+        };
         std::fs::create_dir_all(self.path.parent().expect("a workspace has a parent")).map_err(ws_err)?;
         std::fs::create_dir(&self.path).map_err(|e| ws_err(format!("creating {}: {e}", self.path.display())))?;
         let ws = self.path.to_str().ok_or_else(|| ws_err("the workspace path is not UTF-8"))?;
-        jj(None, &["git", "init", "--no-colocate", ws])?;
-        let store = self.path.join(".jj").join(STORE_GIT);
-        let host = self.open_host()?;
-        let objects = host.path().join("objects").canonicalize().map_err(ws_err)?;
-        for dir in ["objects/info", "refs/tags"] {
-            std::fs::create_dir_all(store.join(dir)).map_err(ws_err)?;
-        }
-        std::fs::write(store.join("objects/info/alternates"), format!("{}\n", objects.display())).map_err(ws_err)?;
-        for (i, base) in self.base.iter().enumerate() {
-            let tag = if i == 0 { "forage-base".to_owned() } else { format!("forage-base-{}", i + 1) };
-            std::fs::write(store.join("refs/tags").join(tag), format!("{base}\n")).map_err(ws_err)?;
-        }
-        let remote = store.join("refs/remotes").join(HOST_REMOTE);
-        let view = self.host_view()?;
-        super::git::private::write_ref_dir(&remote, &view)?;
-        jj(None, &["-R", ws, "git", "import"])?;
+        let view = match &self.bookmarks_seen {
+            Some(seen) => self.view_of(seen.clone()),
+            None => self.host_view()?,
+        };
+        let staged = private.join("store.git");
+        self.prepare_store(&staged, &view)?;
+        let staged_str = staged.to_str().ok_or_else(|| ws_err("the FORAGE_HOME path is not UTF-8"))?;
+        jj(None, &["git", "init", "--git-repo", staged_str, ws])?;
+        let store = self.path.join(".jj/repo/store");
+        std::fs::rename(&staged, store.join("git")).map_err(ws_err)?;
+        std::fs::write(store.join("git_target"), "git").map_err(ws_err)?;
         let mut new = vec!["-R", ws, "new"];
         new.extend(self.base.iter().map(String::as_str));
         jj(None, &new)?;
@@ -270,14 +316,35 @@ impl JjWorkspace {
         super::git::private::write_ref_dir(&host_refs, &view)
     }
 
+    /// A bare git repository borrowing the host's objects, with the base as tags
+    /// `forage-base[-N]` and `view` as the remote `host`'s branches.
+    fn prepare_store(&self, dir: &Path, view: &BTreeMap<String, Oid>) -> Result<()> {
+        Repository::init_bare(dir).map_err(|e| ws_err(format!("making {}: {e}", dir.display())))?;
+        let host = self.open_host()?;
+        let objects = host.path().join("objects").canonicalize().map_err(ws_err)?;
+        for sub in ["objects/info", "refs/tags"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(ws_err)?;
+        }
+        std::fs::write(dir.join("objects/info/alternates"), format!("{}\n", objects.display())).map_err(ws_err)?;
+        for (i, base) in self.base.iter().enumerate() {
+            let tag = if i == 0 { "forage-base".to_owned() } else { format!("forage-base-{}", i + 1) };
+            std::fs::write(dir.join("refs/tags").join(tag), format!("{base}\n")).map_err(ws_err)?;
+        }
+        super::git::private::write_ref_dir(&dir.join("refs/remotes").join(HOST_REMOTE), view)
+    }
+
     /// The host's bookmarks as the agent sees them (`NAME@host`): all but the
     /// sandbox's own, and only names git can store as refs.
     fn host_view(&self) -> Result<BTreeMap<String, Oid>> {
+        Ok(self.view_of(host_bookmarks(&self.repo)?))
+    }
+
+    fn view_of(&self, bookmarks: BTreeMap<String, Oid>) -> BTreeMap<String, Oid> {
         let mine = |b: &str| b == self.bookmark || b.starts_with(&format!("{HEADS_PREFIX}/{}/", self.bookmark_name()));
-        Ok(host_bookmarks(&self.repo)?
+        bookmarks
             .into_iter()
             .filter(|(b, _)| !mine(b) && git2::Reference::is_valid_name(&format!("refs/remotes/{HOST_REMOTE}/{b}")))
-            .collect())
+            .collect()
     }
 
     /// The sandbox name, from `forage/<name>`.
@@ -315,12 +382,13 @@ impl JjWorkspace {
         mounts
     }
 
-    /// The script `state::AgentState` parses, to be run inside (in /workspace).
-    pub fn state_command(&self) -> Vec<String> {
+    /// The script `state::AgentState` parses, to be run inside (in /workspace);
+    /// `import_host_view` also has jj inside take in the host's bookmarks.
+    pub fn state_command(&self, import_host_view: bool) -> Vec<String> {
         let mut hidden: Vec<String> =
             vec![format!("remote_bookmarks(remote=exact:\"{HOST_REMOTE}\")"), "root()".into()];
         hidden.extend(self.base.iter().cloned());
-        vec!["sh".into(), "-c".into(), state::state_script(&hidden.join(" | "))]
+        vec!["sh".into(), "-c".into(), state::state_script(&hidden.join(" | "), import_host_view)]
     }
 
     /// Brings the agent's work to the repository: imports its heads and working

@@ -33,17 +33,20 @@ pub struct AgentState {
     pub since: (i64, i64),
 }
 
-/// The shell script run inside (in /workspace, as the user): refresh the view of
-/// the host's bookmarks, snapshot the working copy with no size limit, and print
-/// one line per commit of the agent's. `hidden` is the revset of what the agent
-/// did not make (the host's history).
-pub fn state_script(hidden: &str) -> String {
+/// The shell script run inside (in /workspace, as the user): one `jj log`,
+/// which first snapshots the working copy (with no size limit), printing one
+/// line per commit of the agent's. `hidden` is the revset of what the agent did
+/// not make (the host's history). With `import_host_view` (for `sync`), a
+/// `jj git import` first shows jj inside the host's bookmarks as last refreshed;
+/// otherwise one jj process, because each costs a start-up and the first in a
+/// new container also reads its binary cold.
+pub fn state_script(hidden: &str, import_host_view: bool) -> String {
     let revset = format!("(all() ~ ::({hidden})) | @");
     let template = r#""forage-state " ++ commit_id ++ " " ++ parents.map(|c| c.commit_id()).join(",") ++ " " ++ if(current_working_copy, "@", "-") ++ " " ++ if(empty && !description, "e", "w") ++ "\n""#;
+    let import = if import_host_view { "jj --no-pager --color=never git import >/dev/null 2>&1\n" } else { "" };
     format!(
-        "jj --no-pager --color=never git import >/dev/null 2>&1\n\
-         if ! out=$(jj --no-pager --color=never --config snapshot.max-new-file-size=1099511627776 util snapshot 2>&1); then printf 'forage-error %s\\n' \"$out\"; exit 3; fi\n\
-         jj --no-pager --color=never --ignore-working-copy log --no-graph -r {} -T {} 2>&1",
+        "{import}if ! out=$(jj --no-pager --color=never --config snapshot.max-new-file-size=1099511627776 log --no-graph -r {} -T {} 2>&1); then printf 'forage-error %s\\n' \"$out\"; exit 3; fi\n\
+         printf '%s\\n' \"$out\"",
         shell_quote(&revset),
         shell_quote(template)
     )
@@ -149,6 +152,10 @@ mod tests {
     fn errors_and_missing_working_copies_are_reported() {
         assert!(AgentState::parse("forage-error boom\nmore", (0, 0)).unwrap_err().contains("boom more"));
         assert!(AgentState::parse(&format!("forage-state {} {} - w\n", id(1), id(0)), (0, 0)).is_err());
-        assert!(state_script("x | y").contains("'(all() ~ ::(x | y)) | @'"));
+        assert!(state_script("x | y", false).contains("'(all() ~ ::(x | y)) | @'"));
+        assert!(
+            !state_script("x", false).contains("git import")
+                && state_script("x", true).starts_with("jj --no-pager --color=never git import")
+        );
     }
 }
