@@ -118,6 +118,10 @@ impl StartWatch {
                     self.seen.drain(..excess);
                 }
                 Ok(None) => {
+                    tracing::debug!(
+                        "the agent's output ended {:?} before the deadline",
+                        deadline - tokio::time::Instant::now()
+                    );
                     self.output = None;
                     let text = String::from_utf8_lossy(&self.seen).replace("\r\n", "\n");
                     let lines: Vec<&str> = text.lines().collect();
