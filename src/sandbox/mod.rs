@@ -547,8 +547,14 @@ impl<R: Runtime> Engine<'_, R> {
         record.state = RecordState::Removing;
         self.home.save(&record)?;
 
-        self.step(&format!("stopping container {}", record.container));
-        let how = Teardown { graceful: true, keep_branch: opts.keep_branch, discard: opts.discard };
+        // A git or jj sandbox whose work is being thrown away has nothing to save,
+        // so its agent is killed at once rather than given its stop timeout. A
+        // direct sandbox's files are the user's own: its agent always gets to
+        // finish its writes.
+        let discards_everything = opts.discard && record.workspace.mode() != Mode::Direct;
+        let how = Teardown { graceful: !discards_everything, keep_branch: opts.keep_branch, discard: opts.discard };
+        let verb = if discards_everything { "removing" } else { "stopping" };
+        self.step(&format!("{verb} container {}", record.container));
         let ArchiveOutcome { archived: mut archived_elsewhere, not_archived, discarded } =
             self.teardown(&record, how).await?;
         // The branch's own archive comes last; the others hold work found elsewhere.

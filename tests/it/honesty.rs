@@ -121,6 +121,44 @@ fn discard_and_dry_run_name_the_work_they_would_throw_away() {
     env.assert_nothing_left();
 }
 
+/// `down --discard` of a git or jj sandbox kills its agent at once (nothing of
+/// it is kept); a direct sandbox's agent, whose files are the user's, and any
+/// sandbox's agent on a plain `down`, get the stop signal and time to finish.
+#[test]
+fn down_discard_kills_a_git_sandbox_at_once_but_lets_a_direct_one_finish() {
+    let env = Env::new();
+    let out = env.mkdir("out");
+    let ws = env.mkdir("ws");
+    let repo = repo(&env, "repo");
+    // The agent says it is ready, and on SIGTERM leaves a mark outside the workspace.
+    let dir = template(
+        &env,
+        "term",
+        &format!(
+            "host_image: {{require: [sh], tools: [sh, touch, sleep]}}\nagent: {{command: [sh, -c, \"trap 'touch /out/$FORAGE_SANDBOX-term; exit 0' TERM; touch /out/$FORAGE_SANDBOX-ready; while :; do sleep 1 & wait $!; done\"]}}\nmounts: [{{source: {}, target: /out, read_only: false}}]\n",
+            out.display()
+        ),
+    );
+    let up = |name: &str, workspace: &[&str]| {
+        let mut args = vec!["up", name, "-t", "term"];
+        args.extend_from_slice(workspace);
+        let o = env.cmd(&args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+        assert!(o.status.success(), "{}", describe(&o));
+        assert!(eventually(20, || out.join(format!("{name}-ready")).exists()), "the agent of {name} never started");
+    };
+    let (ws, repo) = (ws.to_str().unwrap(), repo.to_str().unwrap());
+    up("direct", &["--workspace", ws]);
+    up("kept", &["--git-worktree", repo]);
+    up("thrown", &["--git-worktree", repo]);
+    env.ok(&["down", "direct", "--discard"]);
+    env.ok(&["down", "kept"]);
+    env.ok(&["down", "thrown", "--discard"]);
+    assert!(out.join("direct-term").exists(), "a direct sandbox's agent gets its stop signal");
+    assert!(out.join("kept-term").exists(), "a plain down gives the agent its stop signal");
+    assert!(!out.join("thrown-term").exists(), "down --discard of a git sandbox kills its agent at once");
+    env.assert_nothing_left_but_archives();
+}
+
 #[test]
 fn gc_force_acts_on_exactly_the_findings_its_dry_run_lists() {
     let env = Env::new();
