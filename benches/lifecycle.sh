@@ -26,6 +26,9 @@ cleanup() {
   ids=$(docker ps -aq --filter label=forage-bench=1)
   [ -z "$ids" ] || docker rm -f $ids >/dev/null
   docker rmi forage-bench-built >/dev/null 2>&1 || true
+  # The raw results stay, so that report.py can be rerun on them.
+  rm -rf "$ROOT/target/bench-results"
+  [ ! -d "$WORK/results" ] || mv "$WORK/results" "$ROOT/target/bench-results"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
