@@ -257,6 +257,15 @@ fn jj_errors_are_clear() {
     env.ok(&["up", "quoted", "--jj", repo.to_str().unwrap(), "--base", quoted, "--no-start"]);
     assert_eq!(env.json(&["status", "quoted", "--json"])["git"]["base"], main.as_str());
     env.ok(&["down", "quoted", "--discard"]);
+    // A merge base: the first change has both parents, the files of both.
+    jj(&repo, &["new", "root()", "-m", "other"]);
+    std::fs::write(repo.join("b.txt"), "other\n").unwrap();
+    jj(&repo, &["bookmark", "create", "other", "-r", "@"]);
+    jj(&repo, &["new", "main"]);
+    env.ok(&["up", "merged", "--jj", repo.to_str().unwrap(), "--base", "main | other", "--no-start"]);
+    let ws = env.home.join("workspaces/merged");
+    assert!(ws.join("a.txt").exists() && ws.join("b.txt").exists(), "the files of both parents are checked out");
+    env.ok(&["down", "merged", "--discard"]);
     env.fails(&["up", "nojj", "--jj", repo.to_str().unwrap(), "--branch", "x"], 2);
     let stderr = env.fails(&["up", "archive", "--jj", repo.to_str().unwrap()], 2);
     assert!(stderr.contains("forage/archive"), "{stderr}");

@@ -3,9 +3,9 @@
 //!
 //! forage makes the private repository at `up`, before anything runs inside, by
 //! running jj on the host in the new workspace directory: `jj git init` on a git
-//! store forage prepared (it borrows REPO's objects through `alternates` and holds
-//! the host's bookmarks as remote bookmarks `NAME@host`), and `jj new` for a first
-//! change on the base. Its `.jj` then
+//! store forage prepared (it borrows REPO's objects through `alternates`, holds
+//! the host's bookmarks as remote bookmarks `NAME@host`, and has the base as
+//! HEAD, on which jj's init makes the first change; a merge base takes a `jj new`). Its `.jj` then
 //! moves to FORAGE_HOME/private/<name>/jj, which is mounted over /workspace/.jj:
 //! on the host, the workspace directory holds only the files, so no jj run there
 //! can pick up the agent's repository.
@@ -307,9 +307,16 @@ impl JjWorkspace {
         let store = self.path.join(".jj/repo/store");
         std::fs::rename(&staged, store.join("git")).map_err(ws_err)?;
         std::fs::write(store.join("git_target"), "git").map_err(ws_err)?;
-        let mut new = vec!["-R", ws, "new"];
-        new.extend(self.base.iter().map(String::as_str));
-        jj(None, &new)?;
+        // jj's init checked out a first change on the store's HEAD, the base, if
+        // there is one base and it has files; a merge base (or a jj that did not)
+        // takes a `jj new`.
+        let checked_out = self.base.len() == 1
+            && std::fs::read_dir(&self.path).map_err(ws_err)?.flatten().any(|e| e.file_name() != ".jj");
+        if !checked_out {
+            let mut new = vec!["-R", ws, "new"];
+            new.extend(self.base.iter().map(String::as_str));
+            jj(None, &new)?;
+        }
         std::fs::rename(self.path.join(".jj"), &private_jj).map_err(ws_err)?;
         // An empty directory to mount the repository on; on the host, nothing.
         std::fs::create_dir(self.path.join(".jj")).map_err(ws_err)?;
@@ -317,7 +324,8 @@ impl JjWorkspace {
     }
 
     /// A bare git repository borrowing the host's objects, with the base as tags
-    /// `forage-base[-N]` and `view` as the remote `host`'s branches.
+    /// `forage-base[-N]` (and HEAD, detached, when it is one commit) and `view`
+    /// as the remote `host`'s branches.
     fn prepare_store(&self, dir: &Path, view: &BTreeMap<String, Oid>) -> Result<()> {
         Repository::init_bare(dir).map_err(|e| ws_err(format!("making {}: {e}", dir.display())))?;
         let host = self.open_host()?;
@@ -329,6 +337,9 @@ impl JjWorkspace {
         for (i, base) in self.base.iter().enumerate() {
             let tag = if i == 0 { "forage-base".to_owned() } else { format!("forage-base-{}", i + 1) };
             std::fs::write(dir.join("refs/tags").join(tag), format!("{base}\n")).map_err(ws_err)?;
+        }
+        if let [base] = self.base.as_slice() {
+            std::fs::write(dir.join("HEAD"), format!("{base}\n")).map_err(ws_err)?;
         }
         super::git::private::write_ref_dir(&dir.join("refs/remotes").join(HOST_REMOTE), view)
     }
