@@ -477,7 +477,7 @@ impl GitWorkspace {
 
     /// Commits `tip` reaches that no local branch but `except` does, and that are
     /// not behind `base`.
-    fn commits_on_no_branch(&self, repo: &Repository, tip: Oid, except: Option<&str>) -> Result<usize> {
+    fn commits_on_no_branch(&self, repo: &Repository, tip: Oid, except: Option<&str>) -> Result<Vec<Oid>> {
         let mut walk = repo.revwalk().map_err(ws_err)?;
         walk.push(tip).map_err(ws_err)?;
         if let Ok(base) = Oid::from_str(&self.base) {
@@ -491,7 +491,7 @@ impl GitWorkspace {
                 }
             }
         }
-        Ok(walk.count())
+        walk.map(|id| id.map_err(ws_err)).collect()
     }
 
     /// What only this sandbox holds (see `AtStake`), reading everything and
@@ -501,21 +501,8 @@ impl GitWorkspace {
         let repo = self.open()?;
         let mut out = AtStake::default();
         if let Some(tip) = self.tip(&repo) {
-            let mut walk = repo.revwalk().map_err(ws_err)?;
-            walk.push(tip).map_err(ws_err)?;
-            if let Ok(base) = Oid::from_str(&self.base) {
-                let _ = walk.hide(base);
-            }
-            for b in repo.branches(Some(BranchType::Local)).map_err(ws_err)? {
-                let (b, _) = b.map_err(ws_err)?;
-                if b.name().ok().flatten() != Some(self.branch.as_str()) {
-                    if let Some(t) = b.get().target() {
-                        walk.hide(t).map_err(ws_err)?;
-                    }
-                }
-            }
-            for id in walk {
-                let commit = repo.find_commit(id.map_err(ws_err)?).map_err(ws_err)?;
+            for id in self.commits_on_no_branch(&repo, tip, Some(&self.branch))? {
+                let commit = repo.find_commit(id).map_err(ws_err)?;
                 out.commits.push(commit_line(commit.id(), commit.summary().unwrap_or("")));
             }
         }
@@ -549,7 +536,7 @@ impl GitWorkspace {
     pub fn unique_commits(&self) -> Result<usize> {
         let repo = self.open()?;
         match self.tip(&repo) {
-            Some(tip) => self.commits_on_no_branch(&repo, tip, Some(&self.branch)),
+            Some(tip) => Ok(self.commits_on_no_branch(&repo, tip, Some(&self.branch))?.len()),
             None => Ok(0),
         }
     }
@@ -613,7 +600,7 @@ impl GitWorkspace {
                     out.not_archived.push(NotArchived { source, why: e.to_string() });
                     continue;
                 }
-                let commits = self.commits_on_no_branch(&repo, tip, None)?;
+                let commits = self.commits_on_no_branch(&repo, tip, None)?.len();
                 if commits > 0 {
                     let refname =
                         archive_ref(&repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{slug}"), tip, name)?;
