@@ -1,8 +1,6 @@
 use clap::Args;
-use tabled::settings::Style;
-use tabled::{Table, Tabled};
 
-use super::render::{age, print_json, shown};
+use super::render::{age, print_json, shown, Table};
 use super::Ctx;
 use crate::error::Result;
 use crate::progress::Silent;
@@ -12,24 +10,6 @@ pub struct ListArgs {
     /// Machine-readable output: a JSON array of sandboxes.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Tabled)]
-struct Row {
-    #[tabled(rename = "NAME")]
-    name: String,
-    #[tabled(rename = "MODE")]
-    mode: String,
-    #[tabled(rename = "TEMPLATE")]
-    template: String,
-    #[tabled(rename = "STATUS")]
-    status: String,
-    #[tabled(rename = "BRANCH")]
-    branch: String,
-    #[tabled(rename = "WORKSPACE")]
-    workspace: String,
-    #[tabled(rename = "AGE")]
-    age: String,
 }
 
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<i32> {
@@ -42,19 +22,19 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<i32> {
             say!("{}", r.name);
         }
     } else {
-        let table: Vec<Row> = rows
-            .into_iter()
-            .map(|r| Row {
-                age: r.created_at.map(age).unwrap_or_else(|| "-".into()),
-                branch: shown(r.branch.as_deref().unwrap_or("-")),
-                name: shown(&r.name),
-                mode: r.mode,
-                template: shown(&r.template),
-                status: r.status,
-                workspace: shown(&r.workspace),
-            })
-            .collect();
-        println!("{}", Table::new(table).with(Style::blank()));
+        let mut table = Table::new(["NAME", "MODE", "TEMPLATE", "STATUS", "BRANCH", "WORKSPACE", "AGE"]);
+        for r in rows {
+            table.row([
+                shown(&r.name),
+                r.mode,
+                shown(&r.template),
+                r.status,
+                shown(r.branch.as_deref().unwrap_or("-")),
+                shown(&r.workspace),
+                r.created_at.map(age).unwrap_or_else(|| "-".into()),
+            ]);
+        }
+        print!("{table}");
     }
     Ok(0)
 }

@@ -89,6 +89,37 @@ pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
     Ok(())
 }
 
+/// A borderless table: a header row, then one row per item, columns left-aligned
+/// and three spaces apart (cells are already escaped by the caller).
+pub struct Table<const N: usize> {
+    rows: Vec<[String; N]>,
+}
+
+impl<const N: usize> Table<N> {
+    pub fn new(header: [&str; N]) -> Self {
+        Table { rows: vec![header.map(str::to_owned)] }
+    }
+
+    pub fn row(&mut self, cells: [String; N]) {
+        self.rows.push(cells);
+    }
+}
+
+impl<const N: usize> std::fmt::Display for Table<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let width = |i: usize| self.rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..N).map(width).collect();
+        for row in &self.rows {
+            let mut line = String::new();
+            for (cell, w) in row.iter().zip(&widths) {
+                line.push_str(&format!(" {cell:<w$}  "));
+            }
+            writeln!(f, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
 /// "12s", "5m", "3h", "2d": the age of something created at `epoch_secs`.
 pub fn age(epoch_secs: u64) -> String {
     let now =
@@ -105,6 +136,14 @@ pub fn age(epoch_secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_pad_columns_by_their_widest_cell() {
+        let mut t = Table::new(["NAME", "STATUS"]);
+        t.row(["a-long-name".into(), "running".into()]);
+        t.row(["b".into(), "-".into()]);
+        assert_eq!(t.to_string(), " NAME          STATUS\n a-long-name   running\n b             -\n");
+    }
 
     #[test]
     fn control_and_invisible_characters_are_written_out() {

@@ -3,12 +3,12 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use bollard::container::{
-    AttachContainerOptions, Config, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
-    ListContainersOptions, LogOutput, LogsOptions, RemoveContainerOptions, StartContainerOptions, StopContainerOptions,
-    UploadToContainerOptions, WaitContainerOptions,
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount as DockerMount, MountType};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
+    ListContainersOptions, LogsOptions, RemoveContainerOptions, StopContainerOptions, UploadToContainerOptions,
 };
-use bollard::models::{HostConfig, Mount as DockerMount, MountTypeEnum};
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
@@ -70,7 +70,8 @@ impl Docker {
 
     /// Reads one file out of a (possibly stopped) container; `None` if it is absent.
     async fn read_file(&self, container: &str, path: &str) -> Result<Option<String>> {
-        let stream = self.api.download_from_container(container, Some(DownloadFromContainerOptions { path }));
+        let options = DownloadFromContainerOptions { path: path.to_owned() };
+        let stream = self.api.download_from_container(container, Some(options));
         let chunks: Vec<Bytes> = match stream.try_collect().await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
@@ -117,8 +118,8 @@ impl Docker {
         self.api
             .upload_to_container(
                 container,
-                Some(UploadToContainerOptions { path: "/", ..Default::default() }),
-                bytes.into(),
+                Some(UploadToContainerOptions { path: "/".into(), ..Default::default() }),
+                bollard::body_full(bytes.into()),
             )
             .await
             .map_err(|e| Error::docker(format!("preparing the user in {container}"), e))
@@ -161,7 +162,7 @@ fn docker_mount(m: &Mount) -> DockerMount {
     DockerMount {
         target: Some(m.target.clone()),
         source: Some(m.source.display().to_string()),
-        typ: Some(MountTypeEnum::BIND),
+        typ: Some(MountType::BIND),
         read_only: Some(m.read_only),
         ..Default::default()
     }
@@ -213,7 +214,7 @@ impl Runtime for Docker {
             }),
             ..Default::default()
         };
-        let config = Config {
+        let config = ContainerCreateBody {
             image: Some(spec.image.reference.clone()),
             cmd: Some(spec.command.clone()),
             env: Some(spec.env.clone()),
@@ -227,7 +228,7 @@ impl Runtime for Docker {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = CreateContainerOptions { name: spec.name.as_str(), platform: None };
+        let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
         match self.api.create_container(Some(options), config).await {
             Ok(_) => {}
             Err(e) if is_docker_conflict(&e) => {
@@ -245,14 +246,12 @@ impl Runtime for Docker {
     }
 
     async fn start(&self, name: &str) -> Result<()> {
-        self.api
-            .start_container(name, None::<StartContainerOptions<String>>)
-            .await
-            .map_err(|e| Error::docker(format!("starting container {name}"), e))
+        self.api.start_container(name, None).await.map_err(|e| Error::docker(format!("starting container {name}"), e))
     }
 
     async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()> {
-        match self.api.stop_container(name, Some(StopContainerOptions { t: timeout_secs.into() })).await {
+        let options = StopContainerOptions { t: i32::try_from(timeout_secs).ok(), signal: None };
+        match self.api.stop_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             // 304: already stopped; 404: already gone.
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 304 | 404, .. }) => Ok(()),
@@ -261,7 +260,7 @@ impl Runtime for Docker {
     }
 
     async fn remove(&self, name: &str) -> Result<()> {
-        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        let options = RemoveContainerOptions { force: true, v: true, link: false };
         match self.api.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_docker_not_found(&e) => Ok(()),
@@ -310,7 +309,7 @@ impl Runtime for Docker {
         self.create(spec).await?;
         let ran = async {
             self.start(&spec.name).await?;
-            let mut waited = self.api.wait_container(&spec.name, None::<WaitContainerOptions<String>>);
+            let mut waited = self.api.wait_container(&spec.name, None);
             let code = match waited.next().await {
                 Some(Ok(done)) => done.status_code,
                 // bollard reports a non-zero exit as an error carrying the code.
@@ -318,7 +317,7 @@ impl Runtime for Docker {
                 Some(Err(e)) => return Err(Error::docker(format!("waiting for {}", spec.name), e)),
                 None => -1,
             };
-            let options = LogsOptions::<String> { stdout: true, stderr: true, ..Default::default() };
+            let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
             let chunks: Vec<LogOutput> = self
                 .api
                 .logs(&spec.name, Some(options))
@@ -336,12 +335,12 @@ impl Runtime for Docker {
     }
 
     async fn watch(&self, container: &str) -> Result<StartWatch> {
-        let options = AttachContainerOptions::<String> {
-            stream: Some(true),
-            stdout: Some(true),
-            stderr: Some(true),
-            stdin: Some(false),
-            logs: Some(false),
+        let options = AttachContainerOptions {
+            stream: true,
+            stdout: true,
+            stderr: true,
+            stdin: false,
+            logs: false,
             detach_keys: None,
         };
         let attached = self
@@ -362,7 +361,7 @@ impl Runtime for Docker {
             "label".to_string(),
             vec![LABEL_SANDBOX.to_string(), format!("{LABEL_HOME}={home_label}")],
         )]);
-        let options = ListContainersOptions { all: true, filters, ..Default::default() };
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let containers =
             self.api.list_containers(Some(options)).await.map_err(|e| Error::docker("listing containers", e))?;
         Ok(containers
@@ -370,7 +369,7 @@ impl Runtime for Docker {
             .filter_map(|c| {
                 let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
                 let name = c.names?.first()?.trim_start_matches('/').to_owned();
-                Some(ContainerSummary { name, sandbox, state: c.state.unwrap_or_default() })
+                Some(ContainerSummary { name, sandbox, state: c.state.map(|s| s.to_string()).unwrap_or_default() })
             })
             .collect())
     }

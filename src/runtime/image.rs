@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bollard::image::{BuildImageOptions, CreateImageOptions};
+use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
@@ -130,13 +130,13 @@ pub async fn ensure_host_image(
     ));
     let label = format!("LABEL {LABEL_IMAGE_KEY}={key} {LABEL_IMAGE_IDENTITY}={}:{}", who.uid, who.gid);
     let options = CreateImageOptions {
-        from_src: "-",
-        repo: repo.as_str(),
-        tag: key.as_str(),
-        changes: vec!["ENV PATH=/usr/local/bin:/usr/bin:/bin", label.as_str(), "CMD [\"sh\"]"],
+        from_src: Some("-".into()),
+        repo: Some(repo.clone()),
+        tag: Some(key.clone()),
+        changes: vec!["ENV PATH=/usr/local/bin:/usr/bin:/bin".into(), label, "CMD [\"sh\"]".into()],
         ..Default::default()
     };
-    api.create_image(Some(options), Some(rootfs.into()), None)
+    api.create_image(Some(options), Some(bollard::body_full(rootfs.into())), None)
         .try_for_each(|_| async { Ok(()) })
         .await
         .map_err(|e| Error::docker(format!("importing image {reference}"), e))?;
@@ -167,13 +167,13 @@ pub async fn ensure_built_image(
     progress.step(&format!("building image {reference} from {dockerfile}"));
     let options = BuildImageOptions {
         dockerfile: dockerfile.clone(),
-        t: reference.clone(),
+        t: Some(reference.clone()),
         rm: true,
         forcerm: true,
-        labels: std::collections::HashMap::from([(LABEL_IMAGE_KEY.to_string(), key.clone())]),
+        labels: Some(std::collections::HashMap::from([(LABEL_IMAGE_KEY.to_string(), key.clone())])),
         ..Default::default()
     };
-    let mut stream = api.build_image(options, None, Some(tar.into()));
+    let mut stream = api.build_image(options, None, Some(bollard::body_full(tar.into())));
     let mut last_lines: Vec<String> = Vec::new();
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| {
@@ -183,7 +183,7 @@ pub async fn ensure_built_image(
             };
             build_failed(template, &detail, &last_lines)
         })?;
-        if let Some(err) = info.error {
+        if let Some(err) = info.error_detail.and_then(|d| d.message) {
             return Err(build_failed(template, &err, &last_lines));
         }
         if let Some(line) = info.stream.as_deref().map(str::trim).filter(|l| !l.is_empty()) {

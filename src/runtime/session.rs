@@ -4,8 +4,9 @@
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 
-use bollard::container::{AttachContainerOptions, LogOutput, LogsOptions};
+use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::query_parameters::{AttachContainerOptions, LogsOptions, ResizeContainerTTYOptions};
 use futures_util::{Stream, StreamExt};
 use nix::sys::termios::{self, SetArg, Termios};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -174,22 +175,20 @@ impl Docker {
     /// Connects the terminal to the agent's TTY until the user detaches
     /// (ctrl-p ctrl-q) or the agent exits.
     pub async fn attach(&self, container: &str) -> Result<()> {
-        let options = AttachContainerOptions::<String> {
-            stdin: Some(true),
-            stdout: Some(true),
-            stderr: Some(true),
-            stream: Some(true),
-            logs: Some(false),
+        let options = AttachContainerOptions {
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            stream: true,
+            logs: false,
             detach_keys: Some(DETACH_KEYS.into()),
         };
         let attached =
             self.api.attach_container(container, Some(options)).await.map_err(|e| not_running(container, e))?;
         let _raw = RawTerminal::enable(true);
         if let Some((h, w)) = terminal_size() {
-            let _ = self
-                .api
-                .resize_container_tty(container, bollard::container::ResizeContainerTtyOptions { height: h, width: w })
-                .await;
+            let _ =
+                self.api.resize_container_tty(container, ResizeContainerTTYOptions { h: h.into(), w: w.into() }).await;
         }
         spawn_stdin(attached.input);
         pump_output(attached.output, container).await
@@ -197,7 +196,7 @@ impl Docker {
 
     /// Prints the agent's output; with `follow`, keeps printing until it exits.
     pub async fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> Result<()> {
-        let options = LogsOptions::<String> {
+        let options = LogsOptions {
             follow,
             stdout: true,
             stderr: true,

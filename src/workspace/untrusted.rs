@@ -14,7 +14,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -61,9 +61,8 @@ fn is_absent(e: &io::Error) -> bool {
 impl Dir {
     /// Opens a directory forage made (its path comes from forage's own record).
     pub fn open(path: &Path) -> io::Result<Dir> {
-        let fd = openat(None, path, nofollow_dir(), Mode::empty())?;
-        // SAFETY: openat returned a fresh descriptor that nothing else owns.
-        Ok(Dir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_path_buf() })
+        let fd = openat(nix::fcntl::AT_FDCWD, path, nofollow_dir(), Mode::empty())?;
+        Ok(Dir { fd, path: path.to_path_buf() })
     }
 
     /// The host path this directory was reached by, for messages.
@@ -75,9 +74,8 @@ impl Dir {
     /// directory (a symlink to one included).
     pub fn dir(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Dir>> {
         let name = name.as_ref();
-        match openat(Some(self.fd.as_raw_fd()), name, nofollow_dir(), Mode::empty()) {
-            // SAFETY: as in `open`.
-            Ok(fd) => Ok(Some(Dir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: self.path.join(name) })),
+        match openat(&self.fd, name, nofollow_dir(), Mode::empty()) {
+            Ok(fd) => Ok(Some(Dir { fd, path: self.path.join(name) })),
             Err(e) => {
                 let e = io::Error::from(e);
                 if is_absent(&e) {
@@ -108,7 +106,7 @@ impl Dir {
 
     /// The entries (not `.` and `..`), each with its kind as `lstat` saw it.
     pub fn entries(&self) -> io::Result<Vec<(OsString, Kind)>> {
-        let fd = nix::unistd::dup(self.fd.as_raw_fd())?;
+        let fd = nix::unistd::dup(&self.fd)?;
         let mut dir = nix::dir::Dir::from_fd(fd)?;
         let mut out = Vec::new();
         for entry in dir.iter() {
@@ -132,7 +130,7 @@ impl Dir {
     }
 
     pub fn lstat(&self, name: impl AsRef<OsStr>) -> io::Result<Option<FileStat>> {
-        match fstatat(Some(self.fd.as_raw_fd()), name.as_ref(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(&self.fd, name.as_ref(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(st)),
             Err(e) => {
                 let e = io::Error::from(e);
@@ -149,16 +147,15 @@ impl Dir {
     /// regular file (never blocks on a FIFO, never follows a symlink).
     pub fn open_file(&self, name: impl AsRef<OsStr>) -> io::Result<Option<(File, FileStat)>> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
-        let fd = match openat(Some(self.fd.as_raw_fd()), name.as_ref(), flags, Mode::empty()) {
+        let fd = match openat(&self.fd, name.as_ref(), flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) => {
                 let e = io::Error::from(e);
                 return if is_absent(&e) { Ok(None) } else { Err(e) };
             }
         };
-        // SAFETY: a fresh descriptor that nothing else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
-        let st = fstat(file.as_raw_fd())?;
+        let file = File::from(fd);
+        let st = fstat(&file)?;
         if kind_of(&st) != Kind::File {
             return Ok(None);
         }
@@ -183,7 +180,7 @@ impl Dir {
 
     /// The target of the symlink `name`, as bytes (never followed).
     pub fn read_link(&self, name: impl AsRef<OsStr>) -> io::Result<OsString> {
-        Ok(readlinkat(Some(self.fd.as_raw_fd()), name.as_ref())?)
+        Ok(readlinkat(&self.fd, name.as_ref())?)
     }
 
     /// Puts the regular file `name` into `into` as `new_name`: a hard link when the
@@ -192,21 +189,19 @@ impl Dir {
     /// still change (a hard link shares it), so readers verify what they read.
     /// Returns false when `name` is absent or not a regular file.
     pub fn place_into(&self, name: &OsStr, into: &Dir, new_name: &OsStr) -> io::Result<bool> {
-        let linked =
-            linkat(Some(self.fd.as_raw_fd()), name, Some(into.fd.as_raw_fd()), new_name, nix::fcntl::AtFlags::empty());
+        let linked = linkat(&self.fd, name, &into.fd, new_name, nix::fcntl::AtFlags::empty());
         if linked.is_ok() {
             // linkat never follows a symlink, so the link may be one: check ours.
             if into.kind(new_name)? == Some(Kind::File) {
                 return Ok(true);
             }
-            nix::unistd::unlinkat(Some(into.fd.as_raw_fd()), new_name, nix::unistd::UnlinkatFlags::NoRemoveDir)?;
+            nix::unistd::unlinkat(&into.fd, new_name, nix::unistd::UnlinkatFlags::NoRemoveDir)?;
             return Ok(false);
         }
         let Some((mut src, _)) = self.open_file(name)? else { return Ok(false) };
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(Some(into.fd.as_raw_fd()), new_name, flags, Mode::from_bits_truncate(0o600))?;
-        // SAFETY: a fresh descriptor that nothing else owns.
-        let mut dst = unsafe { File::from_raw_fd(fd) };
+        let fd = openat(&into.fd, new_name, flags, Mode::from_bits_truncate(0o600))?;
+        let mut dst = File::from(fd);
         io::copy(&mut src, &mut dst)?;
         Ok(true)
     }
@@ -226,13 +221,13 @@ impl Dir {
             return Ok(());
         }
         let mode = Mode::from_bits_truncate((st.st_mode & 0o7777) | add);
-        nix::sys::stat::fchmodat(Some(self.fd.as_raw_fd()), name, mode, nix::sys::stat::FchmodatFlags::FollowSymlink)?;
+        nix::sys::stat::fchmodat(&self.fd, name, mode, nix::sys::stat::FchmodatFlags::FollowSymlink)?;
         Ok(())
     }
 
     /// Makes the directory `name` beneath this one (forage's own staging areas).
     pub fn make_dir(&self, name: impl AsRef<OsStr>) -> io::Result<Dir> {
-        nix::sys::stat::mkdirat(Some(self.fd.as_raw_fd()), name.as_ref(), Mode::from_bits_truncate(0o700))?;
+        nix::sys::stat::mkdirat(&self.fd, name.as_ref(), Mode::from_bits_truncate(0o700))?;
         self.dir(name.as_ref())?.ok_or_else(|| io::Error::other("a directory just made is gone"))
     }
 }

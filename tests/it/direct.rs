@@ -188,7 +188,7 @@ fn a_container_removed_behind_forages_back_is_reported_and_cleaned_up() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     env.ok(&["up", "gone", "--workspace", ws.to_str().unwrap()]);
-    let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
+    let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
     block_on(docker().remove_container("forage-gone", Some(opts))).unwrap();
     let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "missing");

@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 
-use bollard::image::{ListImagesOptions, RemoveImageOptions};
+use bollard::query_parameters::{ListImagesOptions, RemoveImageOptions};
 
 use crate::support::*;
 
 fn default_images() -> Vec<String> {
     let filters = HashMap::from([("reference".to_string(), vec!["forage-host/shell".to_string()])]);
-    block_on(docker().list_images(Some(ListImagesOptions { filters, ..Default::default() })))
+    block_on(docker().list_images(Some(ListImagesOptions { filters: Some(filters), ..Default::default() })))
         .unwrap()
         .into_iter()
         .flat_map(|i| i.repo_tags)

@@ -151,13 +151,13 @@ impl Drop for PrivateEngine {
             return;
         }
         if let Ok(api) = connect(Some(&self.host())) {
-            let containers = block_on(api.list_containers::<String>(Some(bollard::container::ListContainersOptions {
+            let containers = block_on(api.list_containers(Some(bollard::query_parameters::ListContainersOptions {
                 all: true,
                 ..Default::default()
             })))
             .unwrap_or_default();
             for c in containers {
-                let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
+                let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
                 let _ = block_on(api.remove_container(c.id.as_deref().unwrap_or_default(), Some(opts)));
             }
         }

@@ -91,7 +91,7 @@ fn reset_makes_a_new_container_from_the_edited_template_and_keeps_the_workspace_
     assert_eq!(status["status"], "running", "{status}");
 
     // A container removed behind forage's back: reset makes a new one.
-    let opts = bollard::container::RemoveContainerOptions { force: true, ..Default::default() };
+    let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
     block_on(docker().remove_container(&format!("forage-{name}"), Some(opts))).unwrap();
     let list = env.json(&["list", "--json"]);
     assert_eq!(list[0]["status"], "missing");

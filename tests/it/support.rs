@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use bollard::container::ListContainersOptions;
 use bollard::models::ContainerInspectResponse;
+use bollard::query_parameters::ListContainersOptions;
 use nix::fcntl::{Flock, FlockArg};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_forage-ctl");
@@ -167,7 +167,7 @@ impl Env {
         let filters = HashMap::from([("label".to_string(), vec![format!("forage.home={}", self.home.display())])]);
         let list = block_on(self.docker().list_containers(Some(ListContainersOptions {
             all: true,
-            filters,
+            filters: Some(filters),
             ..Default::default()
         })))
         .unwrap();
@@ -218,7 +218,7 @@ impl Drop for Env {
             return;
         };
         for name in self.containers() {
-            let opts = bollard::container::RemoveContainerOptions { force: true, v: true, ..Default::default() };
+            let opts = bollard::query_parameters::RemoveContainerOptions { force: true, v: true, ..Default::default() };
             let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));
         }
     }

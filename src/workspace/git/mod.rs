@@ -111,7 +111,8 @@ impl GitRequest {
                     ))
                 })?;
                 let commit = obj.peel_to_commit().map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
-                let full = repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().map(str::to_owned));
+                let full =
+                    repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().ok().map(str::to_owned));
                 (commit, full.filter(|n| n.starts_with("refs/heads/")))
             }
             None => {
@@ -124,7 +125,7 @@ impl GitRequest {
                     _ => ws_err(format!("cannot read HEAD of {}: {e}", top.display())),
                 })?;
                 let commit = head.peel_to_commit().map_err(ws_err)?;
-                let name = head.is_branch().then(|| head.name().map(str::to_owned)).flatten();
+                let name = head.is_branch().then(|| head.name().ok().map(str::to_owned)).flatten();
                 (commit, name)
             }
         };
@@ -503,7 +504,7 @@ impl GitWorkspace {
         if let Some(tip) = self.tip(&repo) {
             for id in self.commits_on_no_branch(&repo, tip, Some(&self.branch))? {
                 let commit = repo.find_commit(id).map_err(ws_err)?;
-                out.commits.push(commit_line(commit.id(), commit.summary().unwrap_or("")));
+                out.commits.push(commit_line(commit.id(), commit.summary().ok().flatten().unwrap_or("")));
             }
         }
         if let Some((private, git, refs)) = self.private_refs()? {

@@ -119,7 +119,7 @@ impl PrivateRepo<'_> {
             .into_iter()
             .map(|(name, id)| (name.trim_start_matches("refs/heads/").to_owned(), id))
             .collect();
-        let head = host.head().ok().filter(|h| h.is_branch()).and_then(|h| h.shorthand().map(str::to_owned));
+        let head = host.head().ok().filter(|h| h.is_branch()).and_then(|h| h.shorthand().ok().map(str::to_owned));
         let extra = head.map(|b| ("HEAD".to_owned(), format!("ref: refs/remotes/origin/{b}\n")));
         write_refs(&origin, &wanted, extra)
     }
@@ -181,7 +181,7 @@ fn refs_under(host: &Repository, prefix: &str) -> Result<Vec<(String, Oid)>> {
     let mut out = Vec::new();
     for r in host.references_glob(&format!("{prefix}*")).map_err(err)? {
         let r = r.map_err(err)?;
-        if let (Some(name), Some(id)) = (r.name(), r.target()) {
+        if let (Ok(name), Some(id)) = (r.name(), r.target()) {
             out.push((name.to_owned(), id));
         }
     }

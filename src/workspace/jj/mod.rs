@@ -464,7 +464,7 @@ impl JjWorkspace {
         for glob in globs {
             for r in host.references_glob(&format!("refs/heads/{glob}")).map_err(ws_err)? {
                 let r = r.map_err(ws_err)?;
-                if let (Some(name), Some(id)) = (r.name(), r.target()) {
+                if let (Ok(name), Some(id)) = (r.name(), r.target()) {
                     current.insert(name.trim_start_matches("refs/heads/").to_owned(), id);
                 }
             }
@@ -639,7 +639,10 @@ impl JjWorkspace {
         for id in work {
             let summary = match summaries.get(&id) {
                 Some(s) => s.clone(),
-                None => host.find_commit(id).map(|c| c.summary().unwrap_or("").to_owned()).unwrap_or_default(),
+                None => host
+                    .find_commit(id)
+                    .map(|c| c.summary().ok().flatten().unwrap_or("").to_owned())
+                    .unwrap_or_default(),
             };
             out.commits.push(super::commit_line(id, if summary.is_empty() { "(no description)" } else { &summary }));
         }
