@@ -9,6 +9,9 @@ pub trait Progress {
     /// Something the user should read even without a terminal (a wait on
     /// another command, say); not with `--quiet`.
     fn note(&self, _message: &str) {}
+    /// Something the user must read even with `--quiet`: work about to be
+    /// thrown away, say.
+    fn warn(&self, _message: &str) {}
 }
 
 /// For scripts, tests and `--quiet`.

@@ -42,15 +42,17 @@ impl Home {
         Home::at(root)
     }
 
-    /// Uses `root` as FORAGE_HOME, made absolute so that labels and records name it
-    /// the same way whatever directory a later command runs from.
+    /// Uses `root` as FORAGE_HOME, made absolute and free of symlinks, so that
+    /// labels and records name it the same way whatever directory a later
+    /// command runs from, and every path forage deletes under it is canonical
+    /// (`remove_created_dir` refuses any other).
     pub fn at(root: PathBuf) -> Result<Self> {
         let root = if root.is_absolute() {
             root
         } else {
             std::env::current_dir().context(|| "reading the current directory".into())?.join(root)
         };
-        Ok(Home { root })
+        Ok(Home { root: crate::host_paths::resolved(&root) })
     }
 
     pub fn root(&self) -> &Path {
@@ -175,7 +177,14 @@ impl Home {
             Ok(_) => {}
             Err(e) => return Err(bad(Problem::Corrupt, e.to_string())),
         }
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| bad(Problem::Corrupt, e.to_string()))
+        let record: Record = serde_json::from_slice(&bytes).map_err(|e| bad(Problem::Corrupt, e.to_string()))?;
+        // A record copied or renamed by hand would otherwise act on another
+        // sandbox's container, workspace and record.
+        if record.name != *name {
+            let detail = format!("it names sandbox {}, not the {name} its file name says", record.name);
+            return Err(bad(Problem::Corrupt, detail));
+        }
+        Ok(Some(record))
     }
 
     /// Every readable record, sorted by name, and every record that cannot be

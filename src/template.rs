@@ -401,9 +401,17 @@ fn check_shape(text: &str, source: &str) -> Result<()> {
         if line.len() - line.trim_start().len() > MAX_INDENT {
             return Err(too_deep(i + 1));
         }
+        // Block sequences nested on one line: `- - - - x`.
+        let dashes = line.split_whitespace().take_while(|w| *w == "-" || *w == "?").count();
+        if dashes > MAX_NESTING {
+            return Err(too_deep(i + 1));
+        }
         let mut quote: Option<char> = None;
         let mut chars = line.chars().peekable();
         let mut previous = ' ';
+        // The last character that was not blank: a quote opens a quoted scalar
+        // only where a scalar may start (`a'` inside a plain scalar is just `'`).
+        let mut last_solid: Option<char> = None;
         while let Some(c) = chars.next() {
             match (quote, c) {
                 (Some('"'), '\\') => {
@@ -411,7 +419,9 @@ fn check_shape(text: &str, source: &str) -> Result<()> {
                 }
                 (Some(q), c) if c == q => quote = None,
                 (Some(_), _) => {}
-                (None, '"' | '\'') => quote = Some(c),
+                (None, '"' | '\'') if matches!(last_solid, None | Some('[' | '{' | ',' | ':' | '-' | '?')) => {
+                    quote = Some(c)
+                }
                 (None, '#') if previous.is_whitespace() => break,
                 (None, '[' | '{') => {
                     depth += 1;
@@ -421,6 +431,9 @@ fn check_shape(text: &str, source: &str) -> Result<()> {
                 }
                 (None, ']' | '}') => depth = depth.saturating_sub(1),
                 _ => {}
+            }
+            if !c.is_whitespace() {
+                last_solid = Some(c);
             }
             previous = c;
         }

@@ -29,7 +29,7 @@ use clap::{Parser, Subcommand};
 
 use crate::error::Result;
 use crate::names::SandboxName;
-use crate::progress::{Progress, Silent};
+use crate::progress::Progress;
 use crate::runtime::docker::Docker;
 use crate::sandbox::{Cancel, Engine};
 use crate::store::Home;
@@ -117,7 +117,7 @@ impl Ctx {
 
     pub fn progress(&self) -> Box<dyn Progress> {
         if self.quiet {
-            Box::new(Silent)
+            Box::new(render::Quiet)
         } else {
             Box::new(render::Spinner::new())
         }

@@ -38,11 +38,31 @@ impl Progress for Spinner {
     }
 
     fn note(&self, message: &str) {
-        let line = format!("forage-ctl: {}", shown(message));
+        self.print(format!("forage-ctl: {}", shown(message)));
+    }
+
+    fn warn(&self, message: &str) {
+        self.print(format!("forage-ctl: warning: {}", shown(message)));
+    }
+}
+
+impl Spinner {
+    fn print(&self, line: String) {
         match &self.0 {
             Some(bar) => bar.println(line),
             None => eprintln!("{line}"),
         }
+    }
+}
+
+/// `--quiet`: no progress and no notes, but warnings all the same.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn step(&self, _message: &str) {}
+
+    fn warn(&self, message: &str) {
+        eprintln!("forage-ctl: warning: {}", shown(message));
     }
 }
 

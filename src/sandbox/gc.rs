@@ -171,18 +171,25 @@ impl<R: Runtime> Engine<'_, R> {
         Ok(findings)
     }
 
-    /// A workspace no record owns. Its sidecar (written by `up` next to the
-    /// private repository) says what forage made, and a teardown as `down`'s
-    /// removes exactly that, archiving the work first. Without one, only a
-    /// directory that holds no repository is removed.
+    /// A workspace (or private repository) no record owns. Its sidecar
+    /// (written by `up` next to the private repository) says what forage made,
+    /// and a teardown as `down`'s removes exactly that, archiving the work
+    /// first. Without one, only directories that hold no repository are removed:
+    /// forage cannot tell where the work in one belongs.
     async fn orphan_workspace(&self, name: &SandboxName, force: bool) -> Finding {
         let dir = self.home.workspaces_dir().join(name.as_str());
+        let private = self.home.private_dir_of(name);
         let sidecar = self.home.workspace_sidecar(name);
-        let holds_repo = dir.join(".git").exists() || dir.join(".jj").exists();
+        let holds_repo = dir.join(".git").exists()
+            || dir.join(".jj").exists()
+            || private.join("git/HEAD").exists()
+            || private.join("jj/repo").exists();
+        let subject: Vec<String> =
+            [&dir, &private].iter().filter(|p| p.exists()).map(|p| p.display().to_string()).collect();
         let mut finding = Finding {
             kind: Kind::OrphanWorkspace,
-            subject: dir.display().to_string(),
-            why: "no sandbox record owns this workspace".into(),
+            subject: subject.join(" and "),
+            why: "no sandbox record owns it".into(),
             action: match &sidecar {
                 Some(WorkspaceRecord::GitWorktree(w)) => {
                     format!("archive its work, then remove worktree {} and branch {} of {}", w.worktree_id, w.branch, w.repo.display())
@@ -191,7 +198,7 @@ impl<R: Runtime> Engine<'_, R> {
                 None if holds_repo => {
                     "nothing: it holds a repository forage cannot trace back (made by an older or another forage?); inspect it and remove it by hand".into()
                 }
-                None => "remove the directory (it holds no repository, so no history)".into(),
+                None => "remove it (it holds no repository, so no history)".into(),
             },
             error: None,
         };
@@ -223,7 +230,9 @@ impl<R: Runtime> Engine<'_, R> {
                 self.teardown(&record, how).await.map(|_| ())
             }
             None if holds_repo => return finding,
-            None => remove_created_dir(&dir, &self.home.workspaces_dir()).map_err(Error::other),
+            None => remove_created_dir(&dir, &self.home.workspaces_dir())
+                .and_then(|()| remove_created_dir(&private, &self.home.private_dir()))
+                .map_err(Error::other),
         };
         finding.error = result.err().map(|e| e.to_string());
         finding

@@ -100,6 +100,8 @@ impl<R: Runtime> Engine<'_, R> {
             WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
         };
 
+        workspace.check_host_paths(self.home.root())?;
+
         let lock = self.lock_sandbox(&req.name).await?;
         ensure_name_free(&self.home, &req.name)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;
@@ -423,7 +425,9 @@ impl<R: Runtime> Engine<'_, R> {
             self.forget_step(&mut left, step)?;
         }
         kill_point("removed-container");
-        if let (Some(j), None, false) = (jj, &jj_state, how.discard) {
+        // Also with --discard: what is thrown away is said first, and a stopped
+        // sandbox's changes are known only to its jj.
+        if let (Some(j), None) = (jj, &jj_state) {
             jj_state = Some(self.jj_state_in_helper(record, j, ImportHostView::No).await);
         }
 
@@ -462,10 +466,10 @@ impl<R: Runtime> Engine<'_, R> {
             match stake {
                 Ok(s) if s.is_empty() => {}
                 Ok(s) => {
-                    self.progress.note(&format!("sandbox {}: throwing away {}", record.name, s.describe()));
+                    self.progress.warn(&format!("sandbox {}: throwing away {}", record.name, s.describe()));
                     outcome.discarded = Some(s);
                 }
-                Err(e) => self.progress.note(&format!(
+                Err(e) => self.progress.warn(&format!(
                     "sandbox {}: throwing away its work (what it is cannot be listed: {e})",
                     record.name
                 )),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::launcher;
 use crate::error::{Error, Result};
+use crate::host_paths::Exposure;
 use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
 use crate::runtime::image::BuildContext;
 use crate::runtime::{ContainerSpec, Identity, ImageSource, Mount, ReadyImage, AGENT_HOME};
@@ -114,7 +115,12 @@ pub fn preflight(req: &UpRequest, forage_home: &Path) -> Result<()> {
     image_source(&req.template, &req.options)?;
     secret_env(&req.template, &req.options)?;
     extra_mounts(&req.template, &req.options, forage_home)?;
-    Ok(())
+    let workspace = match &req.workspace {
+        WorkspaceRequest::Direct(_) => return Ok(()),
+        WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
+        WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
+    };
+    workspace.check_host_paths(forage_home)
 }
 
 /// The template's extra mounts (sources resolved and checked) and one read-only
@@ -145,7 +151,8 @@ pub(crate) fn extra_mounts(
                 source.display()
             ))
         })?;
-        if let Some(why) = crate::host_paths::refusal(&source, forage_home) {
+        let exposure = if m.read_only { Exposure::ReadOnly } else { Exposure::Writable };
+        if let Some(why) = crate::host_paths::refusal(&source, Some(forage_home), exposure) {
             return Err(Error::Usage(format!(
                 "template {} mounts {}, which forage never hands an agent: {why}; remove the mount from the template",
                 template.name,

@@ -135,8 +135,12 @@ impl<R: Runtime> Engine<'_, R> {
                 g.at_stake().map(Some)
             }
             WorkspaceRecord::Jj(j) if !j.is_legacy() && record.journal.contains(&Step::JjWorkspace) => {
-                let state = self.jj_state_if_running(&record, j, ImportHostView::No).await.and_then(|s| s.ok());
-                j.at_stake(state.as_ref()).map(Some)
+                // A stopped sandbox's jj runs in a helper container, as `down`'s would.
+                let state = match self.jj_state_if_running(&record, j, ImportHostView::No).await {
+                    Some(state) => state,
+                    None => self.jj_state_in_helper(&record, j, ImportHostView::No).await,
+                };
+                j.at_stake(state.ok().as_ref()).map(Some)
             }
             _ => Ok(None),
         }

@@ -48,6 +48,7 @@ impl<R: Runtime> Engine<'_, R> {
         limits(template, options)?;
         secret_env(template, options)?;
         extra_mounts(template, options, self.home.root())?;
+        record.workspace.check_host_paths(self.home.root())?;
         check_secret_files(options)?;
         let source = image_source(template, options)?;
         let image = self.runtime.ensure_image(&source, self.progress).await?;

@@ -33,7 +33,9 @@ impl DirectPath {
         let canonical = raw
             .canonicalize()
             .map_err(|e| Error::Workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
-        if let Some(why) = crate::host_paths::refusal(&canonical, forage_home) {
+        if let Some(why) =
+            crate::host_paths::refusal(&canonical, Some(forage_home), crate::host_paths::Exposure::Writable)
+        {
             return Err(Error::Usage(format!(
                 "refusing to mount {} as a workspace: {why}; pass a project directory",
                 canonical.display()

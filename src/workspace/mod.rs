@@ -72,6 +72,24 @@ impl WorkspaceRecord {
         }
     }
 
+    /// Refuses a workspace whose repository keeps or borrows its objects where
+    /// no agent may look (they are mounted read-only): checked by `up` and
+    /// `reset` before anything is made.
+    pub fn check_host_paths(&self, forage_home: &Path) -> crate::error::Result<()> {
+        let host = match self {
+            WorkspaceRecord::Direct { .. } => return Ok(()),
+            WorkspaceRecord::GitWorktree(g) => git2::Repository::open(&g.common_dir),
+            WorkspaceRecord::Jj(j) => match &j.git_dir {
+                Some(dir) => git2::Repository::open(dir),
+                None => return Ok(()),
+            },
+        };
+        match host {
+            Ok(host) => git::private::check_object_dirs(&host, forage_home),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// The bind mounts that make the workspace appear at /workspace.
     pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
         match self {

@@ -22,7 +22,19 @@ fn dangerous_workspaces_and_mounts_are_refused_with_exit_2_and_create_nothing() 
         (env.home.to_str().unwrap(), "is forage's state"),
         (env.dir.path().to_str().unwrap(), "holds forage's state"),
         (inside_home.to_str().unwrap(), "is inside forage's state"),
+        // The kernel's views of other processes (another sandbox's files and
+        // secrets through /proc/PID/root and environ), the engine's data.
+        ("/proc", "kernel's view"),
+        ("/sys", "kernel's view"),
+        ("/dev", "kernel's view"),
+        ("/var/lib/docker", "container engine keeps"),
+        ("/var", "container engine keeps"),
+        ("/etc", "system's own"),
+        ("/usr/bin", "system's own"),
     ] {
+        if !Path::new(path).exists() {
+            continue;
+        }
         let stderr = env.fails(&["up", "danger", "--workspace", path], 2);
         assert!(stderr.contains("refusing") && stderr.contains(needle), "{path}: {stderr}");
     }
@@ -48,7 +60,29 @@ fn dangerous_workspaces_and_mounts_are_refused_with_exit_2_and_create_nothing() 
         assert_eq!(out.status.code(), Some(2), "{name}: {}", describe(&out));
         assert!(String::from_utf8_lossy(&out.stderr).contains("forage never hands an agent"), "{}", describe(&out));
     }
+    // A repository that borrows objects (objects/info/alternates) from the
+    // engine's socket directory: those are mounted read-only, and a socket works
+    // read-only too.
+    let repo = repo(&env, "borrower");
+    std::fs::write(repo.join(".git/objects/info/alternates"), "/run\n").unwrap();
+    let before = crate::git::repo_state(&repo);
+    let stderr = env.fails(&["up", "borrower", "--git-worktree", repo.to_str().unwrap()], 2);
+    assert!(stderr.contains("alternates") && stderr.contains("/run") && stderr.contains("socket"), "{stderr}");
+    assert_eq!(crate::git::repo_state(&repo), before);
     env.assert_nothing_left();
+
+    // FORAGE_HOME through a symlink, not made yet, over the workspace asked for.
+    let real = env.mkdir("real");
+    std::os::unix::fs::symlink(&real, env.path("link")).unwrap();
+    let out = env
+        .cmd(&["up", "linked", "--workspace", real.to_str().unwrap()])
+        .env("FORAGE_HOME", env.path("link/state"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds forage's state"), "{}", describe(&out));
+    assert!(!real.join("state").exists(), "nothing made");
+
     let allowed = env
         .cmd(&["up", "homely", "--workspace", home.to_str().unwrap(), "--allow-home", "--no-start"])
         .env("HOME", &home)
@@ -130,6 +164,54 @@ fn no_forged_record_makes_forage_delete_outside_its_directories() {
 }
 
 #[test]
+fn a_record_copied_under_another_name_acts_on_neither_sandbox() {
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let (one, two) = (env.unique("one"), env.unique("two"));
+    env.ok(&["up", &one, "--workspace", ws.to_str().unwrap(), "--no-start"]);
+    env.ok(&["up", &two, "--workspace", ws.to_str().unwrap(), "--no-start"]);
+    // A copy of one's record, named as two, under a third file name.
+    let sandboxes = env.home.join("sandboxes");
+    let mut copied: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sandboxes.join(format!("{one}.json"))).unwrap()).unwrap();
+    copied["name"] = two.clone().into();
+    std::fs::write(sandboxes.join("copied.json"), serde_json::to_vec(&copied).unwrap()).unwrap();
+
+    let list = env.json(&["list", "--json"]);
+    let rows = list.as_array().unwrap();
+    assert_eq!(rows.iter().filter(|r| r["name"] == two.as_str()).count(), 1, "{list}");
+    let row = |n: &str| rows.iter().find(|r| r["name"] == n).unwrap()["status"].clone();
+    assert_eq!(row("copied"), "corrupt", "{list}");
+    assert_eq!(row(&one), "created", "{list}");
+    let out = env.run(&["down", "copied"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("names sandbox {two}")), "{}", describe(&out));
+    assert!(inspect(&format!("forage-{one}")).is_some() && inspect(&format!("forage-{two}")).is_some());
+    assert!(sandboxes.join(format!("{two}.json")).exists() && sandboxes.join(format!("{one}.json")).exists());
+    std::fs::remove_file(sandboxes.join("copied.json")).unwrap();
+    env.ok(&["down", &one, &two]);
+    env.assert_nothing_left();
+}
+
+#[test]
+fn gc_removes_an_empty_orphan_private_directory_and_leaves_one_holding_a_repository() {
+    let env = Env::new();
+    let empty = env.home.join("private/emptyorphan/import");
+    std::fs::create_dir_all(&empty).unwrap();
+    let holding = env.home.join("private/holding/git");
+    std::fs::create_dir_all(&holding).unwrap();
+    std::fs::write(holding.join("HEAD"), "ref: refs/heads/forage-holding\n").unwrap();
+    let findings = env.json(&["gc", "--json"]);
+    let text = findings.to_string();
+    assert!(text.contains("private/emptyorphan") && text.contains("private/holding"), "{findings}");
+    env.ok(&["gc", "--force"]);
+    assert!(!env.home.join("private/emptyorphan").exists(), "an empty orphan goes");
+    assert!(holding.join("HEAD").exists(), "one holding a repository forage cannot trace stays");
+    let again = env.json(&["gc", "--json"]);
+    assert_eq!(again.as_array().unwrap().len(), 1, "only what gc said it leaves: {again}");
+}
+
+#[test]
 fn list_gc_and_down_all_get_past_a_corrupt_record_and_one_from_a_newer_forage() {
     let env = Env::new();
     let ws = env.mkdir("ws");
@@ -170,14 +252,31 @@ fn templates_too_big_or_too_deep_are_refused_before_they_are_parsed() {
         &format!("description: {}{}\n", "[".repeat(30_000), "]".repeat(30_000)),
     );
     crate::templates::write(&tpl.join("big.yaml"), &format!("description: x\n#{}\n", "x".repeat(70_000)));
-    let show = |name: &str| env.cmd(&["templates", "show", name]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
-    let out = show("deep");
-    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("deep.yaml:1: nested more than 32 levels"),
-        "{}",
-        describe(&out)
+    // Ways around a naive count: a quote inside a plain scalar (which YAML
+    // reads as a plain `'`), block sequences nested on one line, and a quoted
+    // scalar running over the line's end.
+    crate::templates::write(
+        &tpl.join("quoted.yaml"),
+        &format!("agent: {{command: [sh]}}\ninit: [a', {}{}]\n", "[".repeat(20_000), "]".repeat(20_000)),
     );
+    crate::templates::write(
+        &tpl.join("dashes.yaml"),
+        &format!("agent: {{command: [sh]}}\ninit:\n  {}x\n", "- ".repeat(20_000)),
+    );
+    crate::templates::write(
+        &tpl.join("spanning.yaml"),
+        &format!("agent: {{command: [sh]}}\ninit: [\"a\n{}\"]\n", "[".repeat(20_000)),
+    );
+    let show = |name: &str| env.cmd(&["templates", "show", name]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
+    for (name, line) in [("deep", 1), ("quoted", 2), ("dashes", 3), ("spanning", 3)] {
+        let out = show(name);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&format!("{name}.yaml:{line}: nested more than 32 levels")),
+            "{}",
+            describe(&out)
+        );
+    }
     let out = show("big");
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 64 KiB"), "{}", describe(&out));

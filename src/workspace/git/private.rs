@@ -105,7 +105,7 @@ impl PrivateRepo<'_> {
         ];
         // The host's objects (and those it borrows itself), read-only at their own
         // paths, so that the alternates chain resolves inside as on the host.
-        for dir in object_dirs(host) {
+        for dir in mountable_object_dirs(host) {
             mounts.push(ro(dir.clone(), dir.display().to_string()));
         }
         mounts
@@ -151,6 +151,38 @@ fn write_refs(dir: &Path, wanted: &BTreeMap<String, Oid>, extra: Option<(String,
         replace(&path, content.as_bytes())?;
     }
     prune(dir, &keep);
+    Ok(())
+}
+
+/// The object directories `mounts` hands the agent (read-only): those of
+/// `object_dirs` that `host_paths` allows. `up` and `reset` refuse a repository
+/// that borrows from any other (`check_object_dirs`); this drops one added to
+/// `alternates` since, rather than mount it.
+pub(crate) fn mountable_object_dirs(host: &Repository) -> Vec<PathBuf> {
+    object_dirs(host)
+        .into_iter()
+        .filter(|dir| {
+            let refused = crate::host_paths::refusal(dir, None, crate::host_paths::Exposure::ReadOnly);
+            if let Some(why) = &refused {
+                tracing::warn!("not mounting {}, which the repository borrows objects from: {why}", dir.display());
+            }
+            refused.is_none()
+        })
+        .collect()
+}
+
+/// Refuses a repository whose objects (or those it borrows through
+/// `objects/info/alternates`) lie where no agent may look: each is mounted
+/// read-only into the sandbox.
+pub(crate) fn check_object_dirs(host: &Repository, forage_home: &Path) -> Result<()> {
+    for dir in object_dirs(host) {
+        if let Some(why) = crate::host_paths::refusal(&dir, Some(forage_home), crate::host_paths::Exposure::ReadOnly) {
+            return Err(Error::Usage(format!(
+                "the repository keeps or borrows objects in {} (see its objects/info/alternates), which the sandbox would see read-only, but {why}; make it a repository of its own (`git repack -a -d`, then remove the alternates file)",
+                dir.display()
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -387,7 +387,7 @@ impl JjWorkspace {
             target: format!("{inside}/{STORE_GIT}/refs/remotes/{HOST_REMOTE}"),
             read_only: true,
         });
-        for dir in super::git::private::object_dirs(&host) {
+        for dir in super::git::private::mountable_object_dirs(&host) {
             mounts.push(Mount { target: dir.display().to_string(), source: dir, read_only: true });
         }
         mounts
