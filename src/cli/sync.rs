@@ -1,6 +1,6 @@
 use clap::Args;
 
-use super::render::print_json;
+use super::render::{print_json, shown};
 use super::Ctx;
 use crate::error::Result;
 use crate::names::SandboxName;
@@ -58,5 +58,14 @@ fn print_jj(sync: &JjSync) {
     }
     if sync.heads.len() > 1 {
         say!("  and {} more heads, as forage-heads/… bookmarks", sync.heads.len() - 1);
+    }
+    for id in &sync.not_the_agents {
+        eprintln!(
+            "forage-ctl: warning: {}",
+            shown(&format!(
+                "jj inside the sandbox named your repository's commit {} as the agent's work; it got no bookmark",
+                short(id)
+            ))
+        );
     }
 }

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::io::Read;
 
-use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DockerMount, MountType};
 use bollard::query_parameters::{
     AttachContainerOptions, CreateContainerOptions, DownloadFromContainerOptions, InspectContainerOptions,
@@ -318,15 +317,13 @@ impl Runtime for Docker {
                 None => -1,
             };
             let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
-            let chunks: Vec<LogOutput> = self
-                .api
-                .logs(&spec.name, Some(options))
-                .try_collect()
-                .await
-                .map_err(|e| Error::docker(format!("reading the output of {}", spec.name), e))?;
-            let output: String =
-                chunks.iter().map(|c| String::from_utf8_lossy(&c.clone().into_bytes()).into_owned()).collect();
-            Ok((code, output))
+            let mut logs = self.api.logs(&spec.name, Some(options));
+            let mut output = Vec::new();
+            while let Some(chunk) = logs.next().await {
+                let chunk = chunk.map_err(|e| Error::docker(format!("reading the output of {}", spec.name), e))?;
+                super::session::keep_bounded(&mut output, &chunk.into_bytes());
+            }
+            Ok((code, String::from_utf8_lossy(&output).into_owned()))
         }
         .await;
         let removed = self.remove(&spec.name).await;

@@ -96,6 +96,17 @@ async fn pump_output(
     Ok(())
 }
 
+/// The most of a command's output forage keeps: what runs inside is the
+/// agent's to make print without end.
+pub const MAX_CAPTURED_OUTPUT: usize = 32 << 20;
+
+/// Appends `bytes` to `kept` up to `MAX_CAPTURED_OUTPUT`; the rest is dropped
+/// (and still read, so that the command can finish).
+pub fn keep_bounded(kept: &mut Vec<u8>, bytes: &[u8]) {
+    let room = MAX_CAPTURED_OUTPUT.saturating_sub(kept.len());
+    kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+}
+
 /// Forwards our stdin to the container until stdin closes.
 fn spawn_stdin(mut input: std::pin::Pin<Box<dyn AsyncWrite + Send>>) {
     tokio::spawn(async move {
@@ -155,15 +166,16 @@ impl Docker {
             ..Default::default()
         };
         let exec = self.api.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
-        let mut output = String::new();
+        let mut output = Vec::new();
         if let StartExecResults::Attached { output: mut stream, .. } =
             self.api.start_exec(&exec.id, None).await.map_err(|e| not_running(container, e))?
         {
             while let Some(chunk) = stream.next().await {
                 let bytes = chunk.map_err(|e| not_running(container, e))?.into_bytes();
-                output.push_str(&String::from_utf8_lossy(&bytes));
+                keep_bounded(&mut output, &bytes);
             }
         }
+        let output = String::from_utf8_lossy(&output).into_owned();
         let inspected = self
             .api
             .inspect_exec(&exec.id)

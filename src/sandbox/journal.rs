@@ -44,7 +44,12 @@ impl Step {
         match (self, &record.workspace) {
             (Step::Container { name }, _) => runtime.remove(name).await,
             (Step::GitWorktree, WorkspaceRecord::GitWorktree(g)) => g.remove_worktree(scope.workspaces_dir),
-            (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => j.remove_workspace(scope.workspaces_dir),
+            (Step::JjWorkspace, WorkspaceRecord::Jj(j)) => {
+                // Bookmarks an archive has not taken over (`down --discard`, a
+                // rollback) go first, with the work only they kept.
+                j.drop_bookmarks()?;
+                j.remove_workspace(scope.workspaces_dir)
+            }
             (Step::PrivateRepo, WorkspaceRecord::Jj(j)) => j.remove_private(scope.private_dir),
             (Step::PrivateRepo, WorkspaceRecord::GitWorktree(g)) => g.remove_private(scope.private_dir),
             (Step::GitBranch, WorkspaceRecord::GitWorktree(g)) => {

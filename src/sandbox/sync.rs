@@ -121,16 +121,16 @@ impl<R: Runtime> Engine<'_, R> {
             return None;
         }
         let since = now_precise();
-        Some(
-            match self
-                .runtime
-                .run_captured(&record.container, j.state_command(import == ImportHostView::Yes), Identity::current())
-                .await
-            {
-                Ok((_, output)) => AgentState::parse(&output, since),
-                Err(e) => Err(e.to_string()),
-            },
-        )
+        let command = j.state_command(import == ImportHostView::Yes);
+        let ran = tokio::time::timeout(
+            JJ_INSIDE_DEADLINE,
+            self.runtime.run_captured(&record.container, command, Identity::current()),
+        );
+        Some(match ran.await {
+            Ok(Ok((_, output))) => AgentState::parse(&output, since),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(deadline_passed()),
+        })
     }
 
     /// The same, in a container made for it from the sandbox's image and mounts,
@@ -170,9 +170,28 @@ impl<R: Runtime> Engine<'_, R> {
             stop_timeout: 10,
         };
         let since = now_precise();
-        match self.runtime.run_to_end(&spec).await {
-            Ok((_, output)) => AgentState::parse(&output, since),
-            Err(e) => Err(e.to_string()),
+        match tokio::time::timeout(JJ_INSIDE_DEADLINE, self.runtime.run_to_end(&spec)).await {
+            Ok(Ok((_, output))) => AgentState::parse(&output, since),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => {
+                // The helper was cut off mid-run: it goes now, not at the next one.
+                if let Err(e) = self.runtime.remove(&spec.name).await {
+                    tracing::warn!("removing the helper container {}: {e}", spec.name);
+                }
+                Err(deadline_passed())
+            }
         }
     }
+}
+
+/// How long jj inside may take to snapshot and list the agent's work. Its
+/// config is the agent's, and a program it names (a signing program, say) may
+/// never return; `sync`, `status` and `down` must.
+const JJ_INSIDE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn deadline_passed() -> String {
+    format!(
+        "jj inside the sandbox did not finish within {} s (something in the agent's jj config may hang it)",
+        JJ_INSIDE_DEADLINE.as_secs()
+    )
 }

@@ -110,10 +110,14 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
         ] {
             jj(&repo, args);
         }
-        env.ok(&["sync", &name]);
+        // The agent's rewrite of main keeps main's change id: brought over, jj
+        // would take it for main's new version. Refused, and nothing moves.
+        let refused = env.fails(&["sync", &name], 6);
+        assert!(refused.contains("carries the change id") && refused.contains("nothing was brought"), "{refused}");
         env.ok(&["status", &name]);
         let out = env.run(&["down", &name]);
         assert!(out.status.success(), "{colocate}: {}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not archived"), "{colocate}: {}", describe(&out));
         jj(&repo, &["log", "-r", "all()"]);
         if colocate {
             crate::git::git(&repo, &["status"]);
@@ -129,11 +133,156 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
         // Every operation on the user's repository since `up` is forage's import of its own refs.
         let ops = new_operations(&repo, &ops_before);
         assert!(!ops.is_empty() && ops.iter().all(|o| o.ends_with("import git refs")), "{colocate}: {ops:?}");
-        // The agent's honest work arrived; its rewrite of main is only on its own archive.
+        // The agent's work arrived as files (its changes were refused with the rewrite).
         let archive = format!("bookmarks(glob:\"forage/archive/{name}/*\")");
         let files = jj(&repo, &["file", "list", "-r", &archive]);
         assert!(files.contains("work.txt"), "{colocate}: {files}");
         assert_eq!(jj(&repo, &["log", "-r", "main", "--no-graph", "-T", "description"]), "base\n");
+        env.assert_nothing_left_but_archives();
+    }
+}
+
+/// A user's working copy on an unbookmarked change of their own (`user B`), as
+/// jj users work: the sandbox's base (`@-`) is that change.
+/// Returns B's commit id, and the working copy's commit and change ids.
+fn user_on_unbookmarked_change(repo: &Path) -> (String, String, String) {
+    std::fs::write(repo.join("b.txt"), "the user's B\n").unwrap();
+    jj(repo, &["describe", "-m", "user B"]);
+    jj(repo, &["new"]);
+    std::fs::write(repo.join("w.txt"), "the user's wip\n").unwrap();
+    jj(repo, &["describe", "-m", "user wip"]);
+    let b = jj(repo, &["log", "-r", "@-", "--no-graph", "-T", "commit_id"]);
+    let wc = jj(repo, &["log", "-r", "@", "--no-graph", "-T", "commit_id"]);
+    let wc_change = jj(repo, &["log", "-r", "@", "--no-graph", "-T", "change_id"]);
+    (b, wc, wc_change)
+}
+
+/// Commits of the repository whose description is `text`, as `commit_id` lines.
+fn described(repo: &Path, text: &str) -> Vec<String> {
+    let revset = format!("description(exact:\"{text}\\n\")");
+    jj(repo, &["log", "-r", &revset, "--no-graph", "-T", "commit_id ++ \"\\n\""]).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn a_discarded_sandbox_takes_nothing_of_the_users_with_it() {
+    for colocate in [true, false] {
+        let env = Env::new();
+        let repo = jj_repo(&env, "repo", colocate);
+        let (b, ..) = user_on_unbookmarked_change(&repo);
+        let name = env.unique("jjd");
+        env.ok(&["up", &name, "--jj", repo.to_str().unwrap()]);
+        let user_before = users_state(&repo);
+        inside(&env, &name, "cd /workspace && echo work > work.txt && jj describe -m 'agent work' && jj new");
+        env.ok(&["sync", &name]);
+        assert_eq!(described(&repo, "agent work").len(), 1, "{colocate}: the work arrived");
+        // Discarding drops the sandbox's bookmark: jj's own import would then
+        // abandon everything only that bookmark reached, the user's B included.
+        env.ok(&["down", &name, "--discard"]);
+        assert_eq!(described(&repo, "user B"), [b.clone()], "{colocate}: the user's change is still there");
+        assert!(described(&repo, "agent work").is_empty(), "{colocate}: the discarded work is gone");
+        assert_eq!(users_state(&repo), user_before, "{colocate}");
+        assert!(repo.join("b.txt").exists() && repo.join("w.txt").exists(), "{colocate}");
+        env.assert_nothing_left();
+    }
+}
+
+#[test]
+fn an_agent_cannot_take_the_users_commits_or_change_ids_for_its_own() {
+    for colocate in [true, false] {
+        let env = Env::new();
+        let repo = jj_repo(&env, "repo", colocate);
+        let (b, wc, wc_change) = user_on_unbookmarked_change(&repo);
+        let name = env.unique("jjo");
+        env.ok(&["up", &name, "--jj", repo.to_str().unwrap()]);
+        let user_before = users_state(&repo);
+        let ops_before = jj(&repo, &["op", "log", "--no-graph", "-T", "id ++ \"\\n\""]);
+        let marker = env.path("pwned");
+        let store = "/workspace/.jj/repo/store/git";
+        // Commits the agent writes itself, on the user's B, and names as its
+        // work by a ref and jj's import: `commit NAME HEADER TREE` echoes the id.
+        let commit = format!(
+            r#"commit() {{ c=$(printf 'tree %s\nparent {b}\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\n%b\n%s\n' "$3" "$2" "$1" | git --git-dir={store} hash-object -t commit -w --stdin) && git --git-dir={store} update-ref refs/heads/$1 $c && jj git import >/dev/null 2>&1 && echo $c; }}
+            empty=$(git --git-dir={store} mktree </dev/null)"#,
+            b = b.trim()
+        );
+        let attacks = [
+            // The user's working-copy commit (not the sandbox's base, so jj
+            // inside lists it as work), by a ref of the agent's.
+            ("grab", format!("git --git-dir={store} update-ref refs/heads/grab {} && jj git import >/dev/null 2>&1", wc.trim()), None),
+            // A commit carrying the change id of the user's working copy.
+            ("forged", format!("commit forged 'change-id {}\\n' $empty", wc_change.trim()), Some("carries the change id")),
+            // A tree holding a `.jj` whose store names a git directory of the agent's.
+            (
+                "dotjj",
+                format!(
+                    "t=$(echo ../../evil | git --git-dir={store} hash-object -w --stdin); for n in git_target store repo .jj; do k=blob; [ $n = git_target ] || k=tree; t=$(printf '%s %s %s\\t%s\\n' $([ $k = blob ] && echo 100644 || echo 040000) $k $t $n | git --git-dir={store} mktree); done; commit dotjj '' $t"
+                ),
+                Some("would be a jj repository"),
+            ),
+            // 300 MB of zeros: a few hundred KB packed, each object read whole.
+            (
+                "bomb",
+                format!(
+                    "blob=$(head -c 300000000 /dev/zero | git --git-dir={store} hash-object -w --stdin); t=$(printf '100644 blob %s\\tzeros\\n' $blob | git --git-dir={store} mktree); commit bomb '' $t"
+                ),
+                Some("MiB"),
+            ),
+        ];
+        for (what, script, refused) in attacks {
+            inside(&env, &name, &format!("cd /workspace\n{commit}\n{script}"));
+            match refused {
+                Some(needle) => {
+                    let stderr = env.fails(&["sync", &name], 6);
+                    assert!(stderr.contains(needle) && stderr.contains("nothing was"), "{colocate} {what}: {stderr}");
+                }
+                None => {
+                    let out = env.run(&["sync", &name]);
+                    assert!(out.status.success(), "{colocate} {what}: {}", describe(&out));
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    assert!(stderr.contains("your repository's commit"), "{colocate} {what}: {stderr}");
+                }
+            }
+            assert!(
+                !bookmarks(&repo).lines().any(|l| l.starts_with(&format!("forage/{name}@"))),
+                "{colocate} {what}: the sandbox got a bookmark: {}",
+                bookmarks(&repo)
+            );
+            inside(&env, &name, &format!("cd /workspace && git --git-dir={store} update-ref -d refs/heads/{what} && jj git import >/dev/null 2>&1; true"));
+        }
+        // The user's working-copy change is one commit, not divergent, and
+        // nothing refused reached the repository's objects.
+        let now = jj(
+            &repo,
+            &["log", "-r", &format!("change_id({})", wc_change.trim()), "--no-graph", "-T", "commit_id ++ \"\\n\""],
+        );
+        assert_eq!(now.trim(), wc.trim(), "{colocate}: the user's working copy is one commit, as it was");
+
+        // A signing program that never returns, and a repository at the top of
+        // the workspace whose config runs code: neither reaches forage or the user.
+        let script = format!(
+            r#"cd /workspace
+            printf '#!/bin/sh\nsleep 1000\n' > /tmp/hang && chmod +x /tmp/hang
+            jj config set --repo signing.behavior force && jj config set --repo signing.backend gpg && jj config set --repo signing.backends.gpg.program /tmp/hang
+            [ "$(jj config get signing.behavior)" = force ] || echo NOT-SET
+            (mkdir .git || printf '[core]\nfsmonitor = touch {marker}\n' > .git) 2>/dev/null && echo PLANTED
+            echo honest > honest.txt && jj describe -m honest --config signing.behavior=drop >/dev/null 2>&1
+            # Not snapshotted yet: the next jj to run (forage's) writes a commit, and would sign it.
+            echo more > more.txt; echo DONE"#,
+            marker = marker.display()
+        );
+        let out = inside(&env, &name, &script);
+        assert!(out.contains("DONE") && !out.contains("PLANTED") && !out.contains("NOT-SET"), "{colocate}: {out}");
+        env.ok(&["sync", &name]);
+        let ws = env.home.join("workspaces").join(&name);
+        let _ = std::process::Command::new("git").arg("-C").arg(&ws).arg("status").output();
+        assert!(!marker.exists(), "{colocate}: git on the host ran the agent's config");
+        assert_eq!(described(&repo, "honest").len(), 1, "{colocate}: the honest work arrived");
+
+        env.ok(&["down", &name]);
+        assert_eq!(users_state(&repo), user_before, "{colocate}");
+        assert_eq!(described(&repo, "user B"), [b.trim().to_owned()], "{colocate}");
+        let ops = new_operations(&repo, &ops_before);
+        assert!(ops.iter().all(|o| o.ends_with("import git refs") || o.contains("abandon")), "{colocate}: {ops:?}");
         env.assert_nothing_left_but_archives();
     }
 }

@@ -23,12 +23,20 @@ fn err(e: impl std::fmt::Display) -> Error {
     Error::Workspace(format!("importing the agent's commits: {e}"))
 }
 
+/// The largest object an import reads: each is read whole into memory, and a
+/// few kilobytes of compressed zeros can claim gigabytes.
+const MAX_OBJECT_BYTES: usize = 256 << 20;
+/// The most one import writes into the host's object store.
+const MAX_IMPORT_BYTES: usize = 4 << 30;
+
 /// What one import brought over (or, looking only, would bring).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Imported {
     pub objects: usize,
     /// The commits, each with the first line of its message.
     pub commits: Vec<(Oid, String)>,
+    /// The jj change id each commit carries (its `change-id` header), if any.
+    pub change_ids: Vec<(Oid, String)>,
 }
 
 /// Imports everything `tips` reach that the host lacks. `private_objects` is the
@@ -125,12 +133,28 @@ enum Frame {
 fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Imported> {
     let mut done: HashSet<Oid> = HashSet::new();
     let mut imported = Imported::default();
+    let mut bytes = 0usize;
     let mut stack: Vec<Frame> = tips.iter().map(|t| Frame::Visit(*t)).collect();
     while let Some(frame) = stack.pop() {
         match frame {
             Frame::Visit(id) => {
                 if done.contains(&id) || to.exists(id) {
                     continue;
+                }
+                let size = from.read_header(id).map(|(size, _)| size).unwrap_or(0);
+                if size > MAX_OBJECT_BYTES {
+                    return Err(err(format!(
+                        "object {id} in the agent's repository is {} MiB, more than the {} MiB forage imports; nothing was imported",
+                        size >> 20,
+                        MAX_OBJECT_BYTES >> 20
+                    )));
+                }
+                bytes += size;
+                if bytes > MAX_IMPORT_BYTES {
+                    return Err(err(format!(
+                        "the agent's new objects come to more than {} GiB, the most one import brings; nothing was imported",
+                        MAX_IMPORT_BYTES >> 30
+                    )));
                 }
                 let object = from.read(id).map_err(|e| {
                     err(match from.exists(id) {
@@ -146,7 +170,8 @@ fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Impor
                         "object {id} in the agent's repository does not match its id (forged or corrupt); nothing was imported"
                     )));
                 }
-                let children = references(kind, &data).map_err(|why| err(format!("object {id} refused: {why}")))?;
+                let children = references(kind, &data)
+                    .map_err(|why| err(format!("object {id} refused: {why}; nothing was imported")))?;
                 stack.push(Frame::Write(kind, data, id));
                 stack.extend(children.into_iter().map(Frame::Visit));
             }
@@ -159,6 +184,9 @@ fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Impor
                     imported.objects += 1;
                     if kind == ObjectType::Commit {
                         imported.commits.push((id, summary(&data)));
+                        if let Some(change) = header_lines(&data).find(|(k, _)| *k == "change-id") {
+                            imported.change_ids.push((id, change.1.to_owned()));
+                        }
                     }
                 }
             }
@@ -178,6 +206,15 @@ fn references(kind: ObjectType, data: &[u8]) -> std::result::Result<Vec<Oid>, St
             for (key, value) in header {
                 if key == "tree" || key == "parent" {
                     out.push(hex_oid(value).ok_or_else(|| format!("bad {key} line"))?);
+                }
+                // jj keeps a conflicted commit's trees here: imported and
+                // checked like its tree (jj reads them as the commit's content).
+                if key == "jj:trees" {
+                    let trees: Option<Vec<Oid>> = value.split(' ').map(hex_oid).collect();
+                    match trees {
+                        Some(trees) if trees.len() >= 3 && trees.len() % 2 == 1 => out.extend(trees),
+                        _ => return Err("a bad jj:trees line".into()),
+                    }
                 }
             }
             if header_lines(data).next().is_none_or(|(k, _)| k != "tree") {
@@ -234,8 +271,10 @@ fn tree_entries(mut data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
     Ok(out)
 }
 
-/// The names git refuses to check out (`verify_path`): a tree that holds one is
-/// refused here already, so the host never stores it.
+/// The names git refuses to check out (`verify_path`), and `.jj`: a tree that
+/// holds one is refused here already, so the host never stores it. A `.jj` in a
+/// checkout of a colocated repository would be read by the user's jj (its
+/// `repo/store/git_target` names the git directory jj then runs commands in).
 fn check_entry_name(name: &[u8], mode: &str) -> std::result::Result<(), String> {
     let shown = String::from_utf8_lossy(name);
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
@@ -245,6 +284,9 @@ fn check_entry_name(name: &[u8], mode: &str) -> std::result::Result<(), String> 
     let trimmed = shown.trim_end_matches(['.', ' ']).to_ascii_lowercase();
     if trimmed == ".git" || trimmed == "git~1" {
         return Err(format!("a tree entry named {shown:?}, which would be a git directory"));
+    }
+    if trimmed == ".jj" {
+        return Err(format!("a tree entry named {shown:?}, which would be a jj repository"));
     }
     if mode == "120000" && trimmed == ".gitmodules" {
         return Err("a .gitmodules that is a symlink".into());
@@ -273,7 +315,7 @@ mod tests {
         let id = Oid::from_str("1111111111111111111111111111111111111111").unwrap();
         let ok = tree(&[("100644", b"a.txt", id), ("40000", b"dir", id), ("160000", b"sub", id)]);
         assert_eq!(references(ObjectType::Tree, &ok).unwrap(), vec![id, id]);
-        for bad in [&b".git"[..], b".GIT", b".git.", b"git~1", b"..", b"a/b", b""] {
+        for bad in [&b".git"[..], b".GIT", b".git.", b"git~1", b"..", b"a/b", b"", b".jj", b".JJ ", b".jj."] {
             let t = tree(&[("40000", bad, id)]);
             assert!(references(ObjectType::Tree, &t).is_err(), "{}", String::from_utf8_lossy(bad));
         }
@@ -289,6 +331,12 @@ mod tests {
         let refs = references(ObjectType::Commit, commit.as_bytes()).unwrap();
         assert_eq!(refs, vec![Oid::from_str(t).unwrap(), Oid::from_str(p).unwrap()]);
         assert!(references(ObjectType::Commit, format!("parent {p}\ntree {t}\n\n").as_bytes()).is_err());
+        // jj's conflicted trees are referred to (and so imported and checked).
+        let conflicted = format!("tree {t}\njj:trees {t} {p} {t}\n\nconflict\n");
+        assert_eq!(references(ObjectType::Commit, conflicted.as_bytes()).unwrap().len(), 4);
+        for bad in [format!("{t} {p}"), t.to_string(), "zz".into()] {
+            assert!(references(ObjectType::Commit, format!("tree {t}\njj:trees {bad}\n\nx").as_bytes()).is_err());
+        }
         let tag = format!("object {p}\ntype commit\ntag v1\n\nmsg");
         assert_eq!(references(ObjectType::Tag, tag.as_bytes()).unwrap(), vec![Oid::from_str(p).unwrap()]);
     }

@@ -18,6 +18,7 @@
 //! config the agent can no longer touch. Change ids survive: jj writes them into
 //! the git commits it makes.
 
+mod ownership;
 pub mod state;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -67,6 +68,15 @@ fn jj(cwd: Option<&Path>, args: &[&str]) -> Result<String> {
         return Err(ws_err(format!("`jj {}` failed: {}", args.join(" "), stderr.trim())));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs jj in the user's repository `repo`: without touching their working copy
+/// (forage is not the user, and the user may be editing), and with jj's import
+/// neither abandoning nor rewriting anything (see `ownership`).
+fn jj_on_host(repo: &str, args: &[&str]) -> Result<String> {
+    let mut all = vec!["-R", repo, "--ignore-working-copy", "--config", "git.abandon-unreachable-commits=false"];
+    all.extend_from_slice(args);
+    jj(None, &all)
 }
 
 /// A jj sandbox as its record remembers it.
@@ -199,7 +209,7 @@ fn git_store(repo_dir: &Path) -> Result<PathBuf> {
 fn host_bookmarks(root: &Path) -> Result<BTreeMap<String, Oid>> {
     let root = root.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
     let template = r#"if(!remote && normal_target, name ++ " " ++ normal_target.commit_id() ++ "\n")"#;
-    let out = jj(None, &["-R", root, "bookmark", "list", "-T", template])?;
+    let out = jj_on_host(root, &["bookmark", "list", "-T", template])?;
     Ok(out
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -227,11 +237,10 @@ fn base_and_bookmarks(root: &Path, base: Option<&str>) -> Result<BaseAndBookmark
     );
     let query = format!("({revset}) | bookmarks()");
     // The first jj call of `up`, so that "jj is not installed" is said plainly.
-    let out =
-        jj(None, &["-R", root_str, "log", "--no-graph", "-r", &query, "-T", &template]).map_err(|e| match base {
-            Some(b) => ws_err(format!("--base {b:?} names no commit in {}: {e}", root.display())),
-            None => e,
-        })?;
+    let out = jj_on_host(root_str, &["log", "--no-graph", "-r", &query, "-T", &template]).map_err(|e| match base {
+        Some(b) => ws_err(format!("--base {b:?} names no commit in {}: {e}", root.display())),
+        None => e,
+    })?;
     let mut found = BaseAndBookmarks { base: Vec::new(), bookmarks: BTreeMap::new(), taken: HashSet::new() };
     for line in out.lines() {
         let mut words = line.split(' ');
@@ -269,6 +278,14 @@ impl JjWorkspace {
 
     fn host_refs(&self) -> Option<PathBuf> {
         self.private.as_ref().map(|p| p.join("host-refs"))
+    }
+
+    /// FORAGE_HOME/private/<name>/no-git: a file mounted read-only over
+    /// /workspace/.git, so that the agent cannot plant a git repository (and its
+    /// config, which git would run) at the top of the workspace, where on the
+    /// host a user's `git status` would find it.
+    fn no_git(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.join("no-git"))
     }
 
     fn git_dir(&self) -> Result<&Path> {
@@ -316,6 +333,9 @@ impl JjWorkspace {
             let mut new = vec!["-R", ws, "new"];
             new.extend(self.base.iter().map(String::as_str));
             jj(None, &new)?;
+        }
+        if let Some(no_git) = self.no_git() {
+            std::fs::write(no_git, "forage: a jj sandbox has no git repository here\n").map_err(ws_err)?;
         }
         std::fs::rename(self.path.join(".jj"), &private_jj).map_err(ws_err)?;
         // An empty directory to mount the repository on; on the host, nothing.
@@ -382,6 +402,9 @@ impl JjWorkspace {
         };
         let inside = format!("{WORKSPACE_TARGET}/.jj");
         mounts.push(Mount { source: private_jj, target: inside.clone(), read_only });
+        if let Some(no_git) = self.no_git().filter(|p| p.is_file()) {
+            mounts.push(Mount { source: no_git, target: format!("{WORKSPACE_TARGET}/.git"), read_only: true });
+        }
         mounts.push(Mount {
             source: host_refs,
             target: format!("{inside}/{STORE_GIT}/refs/remotes/{HOST_REMOTE}"),
@@ -408,10 +431,15 @@ impl JjWorkspace {
     /// them. Records what it brought, for `status` while the sandbox is stopped.
     pub fn bring_to_host(&self, state: &AgentState) -> Result<JjSync> {
         let host = self.open_host()?;
-        let heads = state.heads();
-        let mut tips = heads.clone();
+        let owned_file = self.owned_file()?;
+        let mut owned = ownership::Owned::read(&owned_file);
+        let mut tips = state.heads();
         tips.push(state.working_copy());
-        self.import(&host, &tips)?;
+        let imported = self.import(&host, &tips, &owned)?;
+        owned.add(&owned_file, imported.commits.iter().map(|(id, _)| *id))?;
+        // Only the sandbox's own commits get its bookmarks: jj inside may name
+        // any commit of the repository's.
+        let (heads, foreign): (Vec<Oid>, Vec<Oid>) = state.heads().into_iter().partition(|h| owned.contains(h));
         let mut wanted: BTreeMap<String, Oid> = BTreeMap::new();
         for (i, head) in heads.iter().enumerate() {
             let name = match i {
@@ -420,15 +448,14 @@ impl JjWorkspace {
             };
             wanted.insert(name, *head);
         }
-        if self.set_bookmark_refs(&host, &wanted)? {
-            self.host_import()?;
-        }
+        self.point_bookmarks(&host, &wanted, &owned)?;
         let sync = JjSync {
             bookmark: self.bookmark.clone(),
             heads: heads.iter().map(Oid::to_string).collect(),
             changes: state.work_count(),
             working_copy: state.working_copy().to_string(),
             since: state.since,
+            not_the_agents: foreign.iter().map(Oid::to_string).collect(),
         };
         if let Some(private) = &self.private {
             let json = serde_json::to_vec(&sync).map_err(ws_err)?;
@@ -437,28 +464,71 @@ impl JjWorkspace {
         Ok(sync)
     }
 
+    /// FORAGE_HOME/private/<name>/owned (see `ownership`).
+    fn owned_file(&self) -> Result<PathBuf> {
+        self.private.as_ref().map(|p| p.join("owned")).ok_or_else(|| ws_err("no private repository"))
+    }
+
+    /// Makes the sandbox's bookmarks exactly `wanted` (all on commits it owns),
+    /// has the repository's jj import them, and abandons the sandbox's own
+    /// commits they no longer reach.
+    fn point_bookmarks(
+        &self,
+        host: &Repository,
+        wanted: &BTreeMap<String, Oid>,
+        owned: &ownership::Owned,
+    ) -> Result<()> {
+        let old = self.set_bookmark_refs(host, wanted)?;
+        if old.is_none() {
+            return Ok(());
+        }
+        let repo = self.repo_str()?;
+        jj_on_host(repo, &["git", "import"])?;
+        let new: Vec<Oid> = wanted.values().copied().collect();
+        ownership::abandon_obsolete(repo, host, &old.unwrap_or_default(), &new, owned)
+    }
+
+    /// Removes the sandbox's bookmarks (`forage/<name>` and its further heads)
+    /// and abandons the work only they kept: for `down --discard`, and after an
+    /// archive bookmark took the work over.
+    pub fn drop_bookmarks(&self) -> Result<()> {
+        if self.is_legacy() {
+            return Ok(());
+        }
+        let host = self.open_host()?;
+        let owned = ownership::Owned::read(&self.owned_file()?);
+        self.point_bookmarks(&host, &BTreeMap::new(), &owned)
+    }
+
     /// What the last `bring_to_host` brought, if any.
     pub fn last_sync(&self) -> Option<JjSync> {
         let bytes = std::fs::read(self.private.as_ref()?.join("synced.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn import(&self, host: &Repository, tips: &[Oid]) -> Result<()> {
+    /// Imports what `tips` reach, every object verified, and no commit whose
+    /// change id is one of the repository's own (checked before anything is
+    /// written, so that a refused commit never reaches the repository).
+    fn import(&self, host: &Repository, tips: &[Oid], owned: &ownership::Owned) -> Result<import::Imported> {
         let private = self.private.as_ref().ok_or_else(|| ws_err("no private repository"))?;
         let objects = Dir::open(private)
             .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
             .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
-        import::import(host, objects.as_ref(), &private.join("import"), tips)?;
+        let staging = private.join("import");
+        let found = import::look(host, objects.as_ref(), &staging, tips)?;
+        ownership::check_change_ids(self.repo_str()?, &found.change_ids, owned)?;
+        let imported = import::import(host, objects.as_ref(), &staging, tips)?;
         for tip in tips {
             host.find_commit(*tip).map_err(|_| ws_err(format!("the agent's commit {tip} is not a commit")))?;
         }
-        Ok(())
+        Ok(imported)
     }
 
     /// Makes the sandbox's bookmarks (`forage/<name>`, `forage-heads/<name>/*`)
-    /// exactly `wanted`, as git refs of the repository's store; true if anything
-    /// changed (which the repository's jj then has to import).
-    fn set_bookmark_refs(&self, host: &Repository, wanted: &BTreeMap<String, Oid>) -> Result<bool> {
+    /// exactly `wanted`, as git refs of the repository's store. If anything
+    /// changed (which the repository's jj then has to import), returns where
+    /// they pointed before.
+    fn set_bookmark_refs(&self, host: &Repository, wanted: &BTreeMap<String, Oid>) -> Result<Option<Vec<Oid>>> {
         let mut current: HashMap<String, Oid> = HashMap::new();
         let globs = [self.bookmark.clone(), format!("{HEADS_PREFIX}/{}/*", self.bookmark_name())];
         for glob in globs {
@@ -469,6 +539,7 @@ impl JjWorkspace {
                 }
             }
         }
+        let before: Vec<Oid> = current.values().copied().collect();
         let mut changed = false;
         for (name, id) in wanted {
             if current.remove(name) != Some(*id) {
@@ -481,13 +552,7 @@ impl JjWorkspace {
             host.find_reference(&format!("refs/heads/{name}")).and_then(|mut r| r.delete()).map_err(ws_err)?;
             changed = true;
         }
-        Ok(changed)
-    }
-
-    /// Has the repository's jj take in the refs forage wrote (its config is the
-    /// user's; the agent can no longer reach it).
-    fn host_import(&self) -> Result<()> {
-        jj(None, &["-R", self.repo_str()?, "git", "import"]).map(|_| ())
+        Ok(changed.then_some(before))
     }
 
     /// Files of the workspace that changed after jj's snapshot `since` (or that
@@ -586,8 +651,10 @@ impl JjWorkspace {
                 .map_err(|e| ws_err(format!("writing bookmark {bookmark}: {e}")))?;
             archives.insert(i, (bookmark, *head));
         }
-        if self.set_bookmark_refs(&host, &BTreeMap::new())? || !archives.is_empty() {
-            self.host_import()?;
+        // The archive bookmarks now keep the work; the sandbox's own go. The
+        // repository's jj imports both.
+        if self.set_bookmark_refs(&host, &BTreeMap::new())?.is_some() || !archives.is_empty() {
+            jj_on_host(self.repo_str()?, &["git", "import"])?;
         }
         // The first head's archive last, as the one `restore` takes by default.
         for (i, (refname, commit)) in archives.into_iter().rev() {
@@ -684,16 +751,20 @@ pub struct JjSync {
     pub working_copy: String,
     /// When the snapshot was taken (seconds and nanoseconds since the epoch).
     pub since: (i64, i64),
+    /// Commits jj inside named as the agent's that are the repository's own
+    /// (its history, another sandbox's work): given no bookmark.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_the_agents: Vec<String>,
 }
 
 /// Creates bookmark `name` at `commit` (restore without --up).
 pub fn restore_bookmark(repo: &Path, commit: &str, name: &str) -> Result<()> {
     let repo = repo.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
-    let existing = jj(None, &["-R", repo, "bookmark", "list", "-T", "name ++ \"\\n\""])?;
+    let existing = jj_on_host(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])?;
     if existing.lines().any(|b| b == name) {
         return Err(Error::Conflict(format!(
             "bookmark {name:?} already exists in {repo}; pass --branch with another name"
         )));
     }
-    jj(None, &["-R", repo, "bookmark", "create", name, "-r", commit]).map(|_| ())
+    jj_on_host(repo, &["bookmark", "create", name, "-r", commit]).map(|_| ())
 }

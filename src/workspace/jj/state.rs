@@ -42,15 +42,25 @@ pub struct AgentState {
 /// new container also reads its binary cold.
 pub fn state_script(hidden: &str, import_host_view: bool) -> String {
     let revset = format!("(all() ~ ::({hidden})) | @");
-    let template = r#""forage-state " ++ commit_id ++ " " ++ parents.map(|c| c.commit_id()).join(",") ++ " " ++ if(current_working_copy, "@", "-") ++ " " ++ if(empty && !description, "e", "w") ++ "\n""#;
-    let import = if import_host_view { "jj --no-pager --color=never git import >/dev/null 2>&1\n" } else { "" };
+    // Methods of `self`, which the agent's template aliases cannot redefine as
+    // they can the bare keywords.
+    let template = r#""forage-state " ++ self.commit_id() ++ " " ++ self.parents().map(|c| c.commit_id()).join(",") ++ " " ++ if(self.current_working_copy(), "@", "-") ++ " " ++ if(self.empty() && !self.description(), "e", "w") ++ "\n""#;
+    let import =
+        if import_host_view { format!("jj {JJ_INSIDE_FLAGS} git import >/dev/null 2>&1\n") } else { String::new() };
     format!(
-        "{import}if ! out=$(jj --no-pager --color=never --config snapshot.max-new-file-size=1099511627776 log --no-graph -r {} -T {} 2>&1); then printf 'forage-error %s\\n' \"$out\"; exit 3; fi\n\
+        "{import}if ! out=$(jj {JJ_INSIDE_FLAGS} --config snapshot.max-new-file-size=1099511627776 log --no-graph -r {} -T {} 2>&1); then printf 'forage-error %s\\n' \"$out\"; exit 3; fi\n\
          printf '%s\\n' \"$out\"",
         shell_quote(&revset),
         shell_quote(template)
     )
 }
+
+/// What every jj forage runs inside is told, over the agent's config: no pager
+/// or colour; no signing program or file monitor to run (one that never returns
+/// would hold up `sync` and `down`); and an import that abandons nothing, so
+/// that another sandbox's bookmark going away never rebases the agent's work
+/// built on it.
+const JJ_INSIDE_FLAGS: &str = "--no-pager --color=never --config signing.behavior=drop --config fsmonitor.backend=none --config git.abandon-unreachable-commits=false";
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -155,7 +165,11 @@ mod tests {
         assert!(state_script("x | y", false).contains("'(all() ~ ::(x | y)) | @'"));
         assert!(
             !state_script("x", false).contains("git import")
-                && state_script("x", true).starts_with("jj --no-pager --color=never git import")
+                && state_script("x", true).starts_with(&format!("jj {JJ_INSIDE_FLAGS} git import"))
+        );
+        assert!(
+            JJ_INSIDE_FLAGS.contains("signing.behavior=drop")
+                && JJ_INSIDE_FLAGS.contains("abandon-unreachable-commits=false")
         );
     }
 }
