@@ -178,7 +178,7 @@ fn a_discarded_sandbox_takes_nothing_of_the_users_with_it() {
         // Discarding drops the sandbox's bookmark: jj's own import would then
         // abandon everything only that bookmark reached, the user's B included.
         env.ok(&["down", &name, "--discard"]);
-        assert_eq!(described(&repo, "user B"), [b.clone()], "{colocate}: the user's change is still there");
+        assert_eq!(described(&repo, "user B"), [b.trim()], "{colocate}: the user's change is still there");
         assert!(described(&repo, "agent work").is_empty(), "{colocate}: the discarded work is gone");
         assert_eq!(users_state(&repo), user_before, "{colocate}");
         assert!(repo.join("b.txt").exists() && repo.join("w.txt").exists(), "{colocate}");
