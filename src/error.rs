@@ -1,65 +1,162 @@
-//! One error type for the whole crate. Every variant maps to one documented exit
-//! code (docs/exit-codes.md), and every message is written to be the single line a
-//! user reads: what was wrong, with the offending value, and how to fix it.
+//! One error type for the whole crate, shaped as jj-cli's `CommandError`: what
+//! kind of failure it is (which fixes the exit code, docs/exit-codes.md), what
+//! went wrong, the error that caused it, and what the user can do about it, as
+//! data. The library never writes a command line into a message: a hint names a
+//! forage command as an `Invocation`, which the CLI renders as `forage-ctl …`
+//! and a server as an action of its own.
 
 use std::fmt;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
+use serde::Serialize;
+
+/// The class of a failure; each has one documented exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
     /// Bad command-line input that clap could not catch (exit 2).
-    #[error("{0}")]
-    Usage(String),
+    Usage,
     /// A sandbox, template or image that does not exist (exit 3).
-    #[error("{0}")]
-    NotFound(String),
+    NotFound,
     /// The name is taken, or the sandbox is in a state that forbids the request (exit 4).
-    #[error("{0}")]
-    Conflict(String),
+    Conflict,
     /// The Docker engine cannot be reached (exit 5).
-    #[error("{0}")]
-    Engine(String),
+    Engine,
     /// The workspace or its version control refused (exit 6).
-    #[error("{0}")]
-    Workspace(String),
+    Workspace,
     /// Going on would lose the user's work (exit 7).
-    #[error("{0}")]
-    WouldLoseData(String),
+    WouldLoseData,
     /// Anything else (exit 1).
-    #[error("{0}")]
-    Other(String),
+    Other,
+}
+
+impl ErrorKind {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::Other => 1,
+            ErrorKind::Usage => 2,
+            ErrorKind::NotFound => 3,
+            ErrorKind::Conflict => 4,
+            ErrorKind::Engine => 5,
+            ErrorKind::Workspace => 6,
+            ErrorKind::WouldLoseData => 7,
+        }
+    }
+}
+
+/// A forage command the user could run next: `["down", "agent-a", "--discard"]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Invocation(pub Vec<String>);
+
+impl Invocation {
+    pub fn new<S: Into<String>>(args: impl IntoIterator<Item = S>) -> Self {
+        Invocation(args.into_iter().map(Into::into).collect())
+    }
+}
+
+/// What the user can do about an error. `text` may hold `{command}` once,
+/// where the invocation belongs in the sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hint {
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Invocation>,
+}
+
+impl Hint {
+    /// `text` with the command, if any, rendered by `render`.
+    pub fn render(&self, render: impl Fn(&Invocation) -> String) -> String {
+        match &self.command {
+            Some(c) => self.text.replace("{command}", &render(c)),
+            None => self.text.clone(),
+        }
+    }
+}
+
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    hints: Vec<Hint>,
+    source: Option<Source>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    pub fn new(kind: ErrorKind, message: impl fmt::Display) -> Self {
+        Error { kind, message: message.to_string(), hints: Vec::new(), source: None }
+    }
+
+    pub fn usage(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Usage, message)
+    }
+
+    pub fn not_found(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::NotFound, message)
+    }
+
+    pub fn conflict(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Conflict, message)
+    }
+
+    pub fn engine(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Engine, message)
+    }
+
+    pub fn workspace(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Workspace, message)
+    }
+
+    pub fn would_lose_data(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::WouldLoseData, message)
+    }
+
+    pub fn other(message: impl fmt::Display) -> Self {
+        Error::new(ErrorKind::Other, message)
+    }
+
+    /// Adds a hint in words.
+    pub fn hint(mut self, text: impl fmt::Display) -> Self {
+        self.hints.push(Hint { text: text.to_string(), command: None });
+        self
+    }
+
+    /// Adds a hint naming a forage command: `text` holds `{command}` where it goes.
+    pub fn hint_run<S: Into<String>>(mut self, text: impl fmt::Display, args: impl IntoIterator<Item = S>) -> Self {
+        self.hints.push(Hint { text: text.to_string(), command: Some(Invocation::new(args)) });
+        self
+    }
+
+    /// Keeps `source` as the cause, shown after the message.
+    pub fn caused_by(mut self, source: impl Into<Source>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
     pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Other(_) => 1,
-            Error::Usage(_) => 2,
-            Error::NotFound(_) => 3,
-            Error::Conflict(_) => 4,
-            Error::Engine(_) => 5,
-            Error::Workspace(_) => 6,
-            Error::WouldLoseData(_) => 7,
-        }
+        self.kind.exit_code()
     }
 
-    /// The same error (and exit code) with more said after it.
-    pub fn with_note(self, note: impl fmt::Display) -> Self {
-        let add = |m: String| format!("{m}; {note}");
-        match self {
-            Error::Usage(m) => Error::Usage(add(m)),
-            Error::NotFound(m) => Error::NotFound(add(m)),
-            Error::Conflict(m) => Error::Conflict(add(m)),
-            Error::Engine(m) => Error::Engine(add(m)),
-            Error::Workspace(m) => Error::Workspace(add(m)),
-            Error::WouldLoseData(m) => Error::WouldLoseData(add(m)),
-            Error::Other(m) => Error::Other(add(m)),
-        }
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
-    pub fn other(msg: impl fmt::Display) -> Self {
-        Error::Other(msg.to_string())
+    pub fn hints(&self) -> &[Hint] {
+        &self.hints
+    }
+
+    /// The same error with more said after its message (and its hints kept).
+    pub fn with_note(mut self, note: impl fmt::Display) -> Self {
+        self.message = format!("{self}; {note}");
+        self.source = None;
+        self
     }
 
     /// Wraps a Docker API error. Connection failures become `Engine` (exit 5) so a
@@ -71,25 +168,53 @@ impl Error {
             | B::HyperLegacyError { .. }
             | B::IOError { .. }
             | B::RequestTimeoutError
-            | B::SocketNotFoundError(_) => Error::Engine(format!(
-                "{context}: the Docker engine stopped answering ({err}); check that dockerd is running"
-            )),
-            B::DockerResponseServerError { status_code, message } => {
-                Error::Other(format!("{context}: Docker engine said ({status_code}): {message}"))
+            | B::SocketNotFoundError(_) => {
+                Error::engine(format!("{context}: the Docker engine stopped answering ({err})"))
+                    .hint("check that dockerd is running")
             }
-            other => Error::Other(format!("{context}: {other}")),
+            B::DockerResponseServerError { status_code, message } => {
+                Error::other(format!("{context}: Docker engine said ({status_code}): {message}"))
+            }
+            other => Error::other(context).caused_by(other),
         }
+    }
+
+    /// As a server or `--json` shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.kind,
+            "exit_code": self.exit_code(),
+            "message": self.to_string(),
+            "hints": self.hints,
+        })
     }
 }
 
-/// Adds a human context to I/O and other foreign errors.
+/// The message, then its cause: one line (the hints are the renderer's).
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Adds a human context to I/O and other foreign errors, which become the cause.
 pub trait Context<T> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T>;
 }
 
-impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
+impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result::Result<T, E> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| Error::Other(format!("{}: {e}", what())))
+        self.map_err(|e| Error::other(what()).caused_by(e))
     }
 }
 
@@ -101,4 +226,27 @@ pub fn is_docker_not_found(err: &bollard::errors::Error) -> bool {
 /// True when a bollard error is the engine's 409 (name in use, already started, …).
 pub fn is_docker_conflict(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_are_data_and_the_cause_follows_the_message() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = Error::conflict("sandbox \"x\" already exists")
+            .caused_by(io)
+            .hint_run("remove it with {command}", ["down", "x"])
+            .hint("or pick another name");
+        assert_eq!(err.exit_code(), 4);
+        assert_eq!(err.to_string(), "sandbox \"x\" already exists: no such file");
+        let shown: Vec<String> =
+            err.hints().iter().map(|h| h.render(|c| format!("`forage-ctl {}`", c.0.join(" ")))).collect();
+        assert_eq!(shown, ["remove it with `forage-ctl down x`", "or pick another name"]);
+        let json = err.to_json();
+        assert_eq!(json["kind"], "conflict");
+        assert_eq!(json["hints"][0]["command"], serde_json::json!(["down", "x"]));
+        assert!(std::error::Error::source(&err).is_some());
+    }
 }

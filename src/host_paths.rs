@@ -8,8 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-/// Where container engines listen, by default and as configured.
-fn engine_sockets() -> Vec<PathBuf> {
+use crate::env::Settings;
+
+/// Where container engines listen, by default and as `settings` configure.
+fn engine_sockets(settings: &Settings) -> Vec<PathBuf> {
     let mut sockets: Vec<PathBuf> = [
         "/var/run/docker.sock",
         "/run/docker.sock",
@@ -22,15 +24,13 @@ fn engine_sockets() -> Vec<PathBuf> {
     .iter()
     .map(PathBuf::from)
     .collect();
-    for var in ["DOCKER_HOST", "CONTAINER_HOST"] {
-        if let Some(path) = std::env::var(var).ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from)) {
-            sockets.push(path);
+    for host in [&settings.docker_host, &settings.container_host].into_iter().flatten() {
+        if let Some(path) = host.strip_prefix("unix://") {
+            sockets.push(PathBuf::from(path));
         }
     }
-    let runtime_dirs = [
-        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-        Some(PathBuf::from(format!("/run/user/{}", nix::unistd::getuid()))),
-    ];
+    let runtime_dirs =
+        [settings.xdg_runtime_dir.clone(), Some(PathBuf::from(format!("/run/user/{}", nix::unistd::getuid())))];
     for dir in runtime_dirs.into_iter().flatten() {
         sockets.push(dir.join("docker.sock"));
         sockets.push(dir.join("podman/podman.sock"));
@@ -93,11 +93,35 @@ pub fn resolved(path: &Path) -> PathBuf {
     }
 }
 
-/// Why `path` (canonical) must never reach a sandbox as `exposure`, if it
-/// must not. `forage_home` is FORAGE_HOME (which may not exist yet); `None`
-/// where it is not known, for a last check of paths forage already validated.
-pub fn refusal(path: &Path, forage_home: Option<&Path>, exposure: Exposure) -> Option<String> {
-    refusal_among(path, forage_home, exposure, &engine_sockets())
+/// Which host paths no sandbox may see, for one request.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    sockets: Vec<PathBuf>,
+    forage_home: Option<PathBuf>,
+    user_home: Option<PathBuf>,
+}
+
+impl Guard {
+    /// `forage_home` is FORAGE_HOME (which may not exist yet); `None` where it
+    /// is not known, for a last check of paths forage already validated.
+    pub fn new(settings: &Settings, forage_home: Option<&Path>) -> Guard {
+        Guard {
+            sockets: engine_sockets(settings),
+            forage_home: forage_home.map(Path::to_path_buf),
+            user_home: settings.home.as_ref().map(|h| h.canonicalize().unwrap_or_else(|_| h.clone())),
+        }
+    }
+
+    /// Why `path` (canonical) must never reach a sandbox as `exposure`, if it must not.
+    pub fn refusal(&self, path: &Path, exposure: Exposure) -> Option<String> {
+        refusal_among(path, self.forage_home.as_deref(), exposure, &self.sockets)
+    }
+
+    /// True when `path` is the user's home directory or holds it: mounted writable,
+    /// the agent could plant shell startup files, ssh keys, git config.
+    pub fn exposes_user_home(&self, path: &Path) -> bool {
+        self.user_home.as_ref().is_some_and(|home| home.starts_with(path))
+    }
 }
 
 fn refusal_among(path: &Path, forage_home: Option<&Path>, exposure: Exposure, sockets: &[PathBuf]) -> Option<String> {
@@ -151,14 +175,6 @@ fn refusal_among(path: &Path, forage_home: Option<&Path>, exposure: Exposure, so
         }
     }
     None
-}
-
-/// True when `path` is the user's home directory or holds it: mounted writable,
-/// the agent could plant shell startup files, ssh keys, git config.
-pub fn exposes_user_home(path: &Path) -> bool {
-    let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from) else { return false };
-    let home = home.canonicalize().unwrap_or(home);
-    home.starts_with(path)
 }
 
 #[cfg(test)]

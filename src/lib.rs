@@ -3,10 +3,13 @@
 //! things, `workspace` and `runtime` each do one job.
 
 pub mod cli;
+pub mod env;
 pub mod error;
 pub mod host_paths;
+pub mod inside;
 pub mod names;
 pub mod progress;
+pub mod record;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;

@@ -5,6 +5,7 @@ fn main() {
     // Die quietly when a reader such as `head` closes the pipe, as CLIs do,
     // instead of panicking on the failed write.
     // SAFETY: restoring the default disposition of one signal before any threads exist.
+    #[allow(unsafe_code)]
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
@@ -17,14 +18,15 @@ fn main() {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && forage::env::no_color().is_none();
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(color).init();
 
+    let printer = forage::cli::Printer::new(cli.quiet, cli.json);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     let code = match runtime.block_on(forage::cli::run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("forage-ctl: error: {}", forage::cli::shown_text(&err.to_string()));
+            printer.error(&err);
             err.exit_code()
         }
     };

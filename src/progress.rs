@@ -1,7 +1,7 @@
 //! How the library reports long steps without printing: the CLI passes a
 //! `Progress` and decides how (or whether) to draw it.
 
-pub trait Progress {
+pub trait Progress: Send + Sync {
     /// A new step has started ("building image …", "starting container …").
     fn step(&self, message: &str);
     /// The current step has finished; the renderer may clear its line.

@@ -3,20 +3,24 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use crate::env::Settings;
 use crate::error::{Context, Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::journal::Step;
 use crate::workspace::WorkspaceRecord;
 
-/// 2: git and jj sandboxes have a private repository (version 1 records load as
-/// sandboxes of an older forage).
-pub const RECORD_VERSION: u32 = 2;
+pub use crate::record::{ArchiveEntry, Record, RecordState, RECORD_VERSION};
+
+/// A sandbox of this name exists already.
+pub fn already_exists(name: &SandboxName) -> Error {
+    Error::conflict(format!("sandbox {:?} already exists", name.as_str()))
+        .hint_run("pick another name or remove it with {command}", ["down", name.as_str()])
+}
 
 /// In FORAGE_HOME/private/<name>: the sandbox's workspace, as `up` made it.
 const WORKSPACE_SIDECAR: &str = "workspace.json";
@@ -29,15 +33,15 @@ pub struct Home {
 
 impl Home {
     /// `$FORAGE_HOME`, else `$XDG_DATA_HOME/forage`, else `~/.local/share/forage`.
-    pub fn from_env() -> Result<Self> {
-        let root = if let Some(h) = std::env::var_os("FORAGE_HOME").filter(|h| !h.is_empty()) {
-            PathBuf::from(h)
-        } else if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|h| !h.is_empty()) {
-            PathBuf::from(x).join("forage")
-        } else if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-            PathBuf::from(home).join(".local/share/forage")
+    pub fn from_settings(settings: &Settings) -> Result<Self> {
+        let root = if let Some(h) = &settings.forage_home {
+            h.clone()
+        } else if let Some(x) = &settings.xdg_data_home {
+            x.join("forage")
+        } else if let Some(home) = &settings.home {
+            home.join(".local/share/forage")
         } else {
-            return Err(Error::Usage("cannot find a place for forage's state: set FORAGE_HOME (or HOME)".into()));
+            return Err(Error::usage("cannot find a place for forage's state: set FORAGE_HOME (or HOME)"));
         };
         Home::at(root)
     }
@@ -137,8 +141,31 @@ impl Home {
         self.sandboxes_dir().join(format!("{name}.json"))
     }
 
+    /// Makes `dir` (and what is missing above it) readable by the user alone:
+    /// what forage keeps, and the agents' files, are no one else's business (an
+    /// agent's setuid file must be out of other users' reach).
     fn ensure_dir(&self, dir: &Path) -> Result<()> {
-        fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .context(|| format!("creating {}", dir.display()))
+    }
+
+    /// Makes FORAGE_HOME's directories for sandboxes' files (`workspaces/`,
+    /// `private/`) readable by the user alone, also where an older forage made
+    /// them readable by all.
+    pub fn prepare_sandbox_dirs(&self) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in [self.workspaces_dir(), self.private_dir()] {
+            self.ensure_dir(&dir)?;
+            let meta = fs::metadata(&dir).context(|| format!("reading {}", dir.display()))?;
+            if meta.permissions().mode() & 0o077 != 0 && meta.uid() == nix::unistd::getuid().as_raw() {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                    .context(|| format!("making {} the user's alone", dir.display()))?;
+            }
+        }
+        Ok(())
     }
 
     /// Reads one record; `None` when the sandbox has no record. A record that
@@ -147,7 +174,7 @@ impl Home {
     pub fn load(&self, name: &SandboxName) -> Result<Option<Record>> {
         match self.read_record(name) {
             Ok(r) => Ok(r),
-            Err(bad) => Err(Error::Other(bad.message())),
+            Err(bad) => Err(Error::other(bad.message())),
         }
     }
 
@@ -227,11 +254,7 @@ impl Home {
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => sync_dir(&self.sandboxes_dir()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Error::Conflict(format!(
-                "sandbox {:?} already exists; pick another name or remove it with `forage-ctl down {}`",
-                record.name.as_str(),
-                record.name
-            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(already_exists(&record.name)),
             Err(e) => Err(Error::other(format!("writing {}: {e}", path.display()))),
         }
     }
@@ -291,7 +314,7 @@ impl Home {
                 drop(lock);
                 Ok(())
             }
-            None => Err(Error::Conflict(format!("{} is held again; leaving it", path.display()))),
+            None => Err(Error::conflict(format!("{} is held again; leaving it", path.display()))),
         }
     }
 
@@ -447,68 +470,6 @@ impl BadRecord {
     }
 }
 
-/// Where a sandbox is in its life. `Creating` with no `up` holding its lock means
-/// that `up` died half way: `list` shows it as broken and `down` finishes the undo.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RecordState {
-    Creating,
-    Ready,
-    Removing,
-}
-
-/// Everything forage knows about one sandbox. Secrets are never stored here.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
-    pub version: u32,
-    pub name: SandboxName,
-    pub state: RecordState,
-    /// Seconds since the Unix epoch.
-    pub created_at: u64,
-    pub template: String,
-    pub image: String,
-    pub container: String,
-    pub workspace: WorkspaceRecord,
-    /// Seconds between the stop signal and SIGKILL, fixed when the sandbox was made.
-    #[serde(default = "default_stop_timeout")]
-    pub stop_timeout: u32,
-    /// The template's init commands, run once per container before the agent.
-    #[serde(default)]
-    pub init: Vec<String>,
-    /// What `up` was asked on top of the template, for `reset` (secret files by
-    /// path only). Records written before `reset` existed have none.
-    #[serde(default)]
-    pub options: crate::sandbox::UpOptions,
-    /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
-    pub journal: Vec<Step>,
-}
-
-fn git_mode() -> crate::workspace::Mode {
-    crate::workspace::Mode::GitWorktree
-}
-
-fn default_stop_timeout() -> u32 {
-    10
-}
-
-/// Where `down` put a sandbox's work, so `restore` can bring it back.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ArchiveEntry {
-    pub name: SandboxName,
-    #[serde(default = "git_mode")]
-    pub mode: crate::workspace::Mode,
-    /// `refs/forage/archive/<name>/<timestamp>` in `repo`.
-    pub refname: String,
-    pub commit: String,
-    pub repo: PathBuf,
-    pub common_dir: PathBuf,
-    /// The branch the work was on.
-    pub branch: String,
-    pub template: String,
-    /// Seconds since the Unix epoch.
-    pub archived_at: u64,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,7 +484,9 @@ mod tests {
             created_at: 1,
             template: "shell".into(),
             image: "img".into(),
-            workspace: WorkspaceRecord::Direct { path: home.root().to_path_buf() },
+            workspace: WorkspaceRecord::Direct(crate::workspace::direct::DirectWorkspace {
+                path: home.root().to_path_buf(),
+            }),
             stop_timeout: 10,
             init: vec![],
             options: Default::default(),
@@ -537,7 +500,7 @@ mod tests {
         let home = Home::at(dir.path().to_path_buf()).unwrap();
         let mut r = record(&home, "a");
         home.create(&r).unwrap();
-        assert!(matches!(home.create(&r), Err(Error::Conflict(_))));
+        assert_eq!(home.create(&r).unwrap_err().kind(), crate::error::ErrorKind::Conflict);
         r.state = RecordState::Ready;
         home.save(&r).unwrap();
         let back = home.load(&r.name).unwrap().unwrap();

@@ -1,6 +1,6 @@
 use clap::{Args, CommandFactory};
 
-use super::Cli;
+use super::{Cli, Ctx};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Args)]
@@ -9,7 +9,8 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-pub fn run(args: CompletionsArgs) -> Result<i32> {
+pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<i32> {
+    ctx.no_json("completions")?;
     clap_complete::generate(args.shell, &mut Cli::command(), "forage-ctl", &mut std::io::stdout());
     Ok(0)
 }
@@ -23,12 +24,13 @@ pub struct ManArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-pub fn man(args: ManArgs) -> Result<i32> {
+pub fn man(ctx: &Ctx, args: ManArgs) -> Result<i32> {
+    ctx.no_json("man")?;
     let Some(dir) = args.dir else {
         clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Error::other)?;
         return Ok(0);
     };
-    let failed = |e: std::io::Error| Error::Other(format!("writing the man pages into {}: {e}", dir.display()));
+    let failed = |e: std::io::Error| Error::other(format!("writing the man pages into {}: {e}", dir.display()));
     std::fs::create_dir_all(&dir).map_err(failed)?;
     clap_mangen::generate_to(Cli::command(), &dir).map_err(failed)?;
     Ok(0)

@@ -1,14 +1,9 @@
 use clap::Args;
 
-use serde::Serialize;
-
-use super::render::{print_json, shown};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::runtime::docker::Docker;
-use crate::sandbox::{DownOptions, DownReport, Engine};
-use crate::workspace::AtStake;
+use crate::sandbox::{DownOptions, DownReport, PlannedDown, SandboxState};
 use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
@@ -28,81 +23,81 @@ pub struct DownArgs {
     /// Show what would be removed, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Machine-readable output: what was (or would be) removed.
-    #[arg(long)]
-    pub json: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let progress = ctx.progress();
-    let engine = ctx.engine(&docker, progress.as_ref());
-    let names: Vec<SandboxName> = if args.all {
-        engine.list().await?.into_iter().filter_map(|r| SandboxName::parse(&r.name).ok()).collect()
-    } else {
-        args.names.clone()
-    };
-
+    let engine = ctx.engine().await?;
+    let names = if args.all { engine.all_names().await? } else { args.names.clone() };
     if args.dry_run {
-        return dry_run(&engine, &names, &args).await;
+        let plan = engine.plan_down(&names).await?;
+        engine.progress.finish();
+        if ctx.out.json_wanted() {
+            ctx.out.json(&plan)?;
+        } else {
+            print_plan(ctx, &plan, args.discard);
+        }
+        return Ok(0);
     }
-
     let opts = DownOptions { keep_branch: args.keep_branch, discard: args.discard };
     let mut reports = Vec::new();
     let mut first_error: Option<Error> = None;
+    // Each sandbox on its own: one that cannot be removed stops none of the others.
     for name in &names {
-        match engine.down(name, opts).await {
+        let done = engine.down(name, opts).await;
+        engine.progress.finish();
+        match done {
             Ok(report) => {
-                progress.finish();
                 // Said even with -q and --json: work that was not kept.
                 for n in &report.not_archived {
-                    let warning = format!("sandbox {}: not archived: {}: {}", report.name, n.source, n.why);
-                    eprintln!("forage-ctl: warning: {}", super::render::shown(&warning));
+                    ctx.out.warn(format!("sandbox {}: not archived: {}: {}", report.name, n.source, n.why));
                 }
-                if !ctx.quiet && !args.json {
-                    print_report(&report);
+                if !ctx.out.json_wanted() {
+                    print_report(ctx, &report);
                 }
                 reports.push(report);
             }
             Err(e) => {
-                progress.finish();
-                eprintln!("forage-ctl: error: {}", super::render::shown_text(&e.to_string()));
+                ctx.out.error(&e);
                 first_error.get_or_insert(e);
             }
         }
     }
-    if args.json {
-        print_json(&reports)?;
+    if ctx.out.json_wanted() {
+        ctx.out.json(&reports)?;
     }
-    match first_error {
-        // The message was already printed; keep the error's exit code.
-        Some(e) => Ok(e.exit_code()),
-        None => Ok(0),
-    }
+    // The errors were printed already; the first one's exit code is the command's.
+    Ok(first_error.map(|e| e.exit_code()).unwrap_or(0))
 }
 
-fn print_report(r: &DownReport) {
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+fn print_report(ctx: &Ctx, r: &DownReport) {
     let name = &r.name;
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    match (&r.workspace, &r.branch, r.mode) {
-        (None, ..) => say!("removed container {} of sandbox {name}", r.container),
-        (Some(ws), None, _) => say!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
+    ctx.out.data(match (&r.workspace, &r.branch, r.mode) {
+        (None, ..) => format!("removed container {} of sandbox {name}", r.container),
+        (Some(ws), None, _) => format!("removed sandbox {name} (container {}); {ws} left as it was", r.container),
         (Some(ws), Some(bookmark), Some(Mode::Jj)) => {
-            say!("removed sandbox {name} (container {}, {ws}); bookmark {bookmark} removed", r.container)
+            format!("removed sandbox {name} (container {}, {ws}); bookmark {bookmark} removed", r.container)
         }
         (Some(ws), Some(branch), _) => {
             let fate = if r.kept_branch { "kept" } else { "deleted" };
-            say!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container);
+            format!("removed sandbox {name} (container {}, worktree {ws}); branch {branch} {fate}", r.container)
         }
-    }
+    });
     let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
     for a in &r.archived_elsewhere {
         let short = &a.commit[..a.commit.len().min(12)];
         let source = a.source.as_deref().unwrap_or("elsewhere");
-        match r.mode {
-            Some(Mode::Jj) => say!("archived the agent's {source} as bookmark {} ({short})", a.refname),
-            _ => say!("archived the agent's {source} ({}) as ref {} ({short})", plural(a.commits, "commit"), a.refname),
-        }
+        ctx.out.data(match r.mode {
+            Some(Mode::Jj) => format!("archived the agent's {source} as bookmark {} ({short})", a.refname),
+            _ => format!(
+                "archived the agent's {source} ({}) as ref {} ({short})",
+                plural(a.commits, "commit"),
+                a.refname
+            ),
+        });
     }
     if let Some(a) = &r.archived {
         let mut what = Vec::new();
@@ -118,76 +113,36 @@ fn print_report(r: &DownReport) {
                 _ => plural(a.dirty_files.len(), "uncommitted file"),
             });
         }
-        say!("archived {} as {kind} {} ({})", what.join(" and "), a.refname, &a.commit[..a.commit.len().min(12)]);
+        ctx.out.data(format!(
+            "archived {} as {kind} {} ({})",
+            what.join(" and "),
+            a.refname,
+            &a.commit[..a.commit.len().min(12)]
+        ));
     }
     if r.archived.is_some() || !r.archived_elsewhere.is_empty() {
-        say!("  restore with: forage-ctl restore {name}");
+        ctx.out.hint_run("restore it with {command}", ["restore", name.as_str()]);
     }
 }
 
-/// One sandbox in `down --dry-run`'s plan.
-#[derive(Serialize)]
-struct Planned {
-    name: String,
-    container: String,
-    /// As `list` shows it.
-    status: String,
-    mode: Option<String>,
-    workspace: Option<String>,
-    branch: Option<String>,
-    /// What `down` would archive (with `--discard`, throw away); `null` for a
-    /// direct workspace or an orphan container.
-    at_stake: Option<AtStake>,
-}
-
-/// Planned from what `list` sees, so an orphan container (no record) is in the
-/// plan as it would be in a real `down`. Changes nothing.
-async fn dry_run(engine: &Engine<'_, Docker>, names: &[SandboxName], args: &DownArgs) -> Result<i32> {
-    let rows = engine.list().await?;
-    let mut plan = Vec::new();
-    for name in names {
-        let Some(row) = rows.iter().find(|r| r.name == name.as_str()) else {
-            return Err(crate::sandbox::not_found(name));
-        };
-        let known = |v: &str| (v != "-").then(|| v.to_owned());
-        let at_stake = match row.status.as_str() {
-            "orphan" => None,
-            _ => engine.at_stake(name).await.unwrap_or_else(|e| {
-                eprintln!(
-                    "forage-ctl: warning: {}",
-                    shown(&format!("what sandbox {name} holds cannot be listed: {e}"))
-                );
-                None
-            }),
-        };
-        plan.push(Planned {
-            name: row.name.clone(),
-            container: name.container(),
-            status: row.status.clone(),
-            mode: known(&row.mode),
-            workspace: known(&row.workspace),
-            branch: row.branch.clone(),
-            at_stake,
-        });
-    }
-    if args.json {
-        print_json(&plan)?;
-        return Ok(0);
-    }
-    for p in &plan {
-        if p.status == "orphan" {
-            say!("would remove container {} of sandbox {} (it has no record)", p.container, p.name);
+fn print_plan(ctx: &Ctx, plan: &[PlannedDown], discard: bool) {
+    for p in plan {
+        if let Some(why) = &p.refused {
+            ctx.out.data(format!("would not remove sandbox {}: {why}", p.name));
             continue;
         }
-        let kind = if p.mode.as_deref() == Some("jj") { "bookmark" } else { "branch" };
+        if p.status == SandboxState::Orphan {
+            ctx.out.data(format!("would remove container {} of sandbox {} (it has no record)", p.container, p.name));
+            continue;
+        }
+        let kind = if p.mode == Some(Mode::Jj) { "bookmark" } else { "branch" };
         let branch = p.branch.as_deref().map(|b| format!(", {kind} {b}")).unwrap_or_default();
-        say!("would remove sandbox {} (container {}{branch})", p.name, p.container);
-        match (&p.at_stake, args.discard) {
-            (Some(s), _) if s.is_empty() => say!("  nothing of the agent's to archive"),
-            (Some(s), false) => say!("  would archive {}", s.describe()),
-            (Some(s), true) => say!("  would throw away {}", s.describe()),
+        ctx.out.data(format!("would remove sandbox {} (container {}{branch})", p.name, p.container));
+        match (&p.at_stake, discard) {
+            (Some(s), _) if s.is_empty() => ctx.out.data("  nothing of the agent's to archive"),
+            (Some(s), false) => ctx.out.data(format!("  would archive {}", s.describe())),
+            (Some(s), true) => ctx.out.data(format!("  would throw away {}", s.describe())),
             (None, _) => {}
         }
     }
-    Ok(0)
 }

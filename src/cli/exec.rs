@@ -2,12 +2,9 @@ use std::io::IsTerminal;
 
 use clap::Args;
 
-use super::{Ctx, NameArg};
+use super::{terminal, Ctx, NameArg};
 use crate::error::Result;
 use crate::names::SandboxName;
-use crate::progress::Silent;
-use crate::runtime::session::ExecOptions;
-use crate::runtime::Identity;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -25,19 +22,23 @@ pub struct ExecArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: ExecArgs) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let record = ctx.engine(&docker, &Silent).record(&args.name)?;
-    let opts = ExecOptions { interactive: args.interactive, tty: args.tty, identity: Identity::current() };
-    let code = docker.exec(&record.container, args.command, opts).await?;
-    Ok(i32::try_from(code).unwrap_or(1))
+    ctx.no_json("exec")?;
+    run_in(ctx, &args.name, args.command, args.interactive, args.tty).await
 }
 
 /// A login-like shell: bash when the image has it, else sh.
 pub async fn shell(ctx: &Ctx, args: NameArg) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let record = ctx.engine(&docker, &Silent).record(&args.name)?;
+    ctx.no_json("shell")?;
     let cmd = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi"];
-    let opts = ExecOptions { interactive: true, tty: std::io::stdin().is_terminal(), identity: Identity::current() };
-    let code = docker.exec(&record.container, cmd.map(String::from).to_vec(), opts).await?;
+    run_in(ctx, &args.name, cmd.map(String::from).to_vec(), true, std::io::stdin().is_terminal()).await
+}
+
+/// Runs `command` in the sandbox with this terminal; exits with its exit code.
+async fn run_in(ctx: &Ctx, name: &SandboxName, command: Vec<String>, stdin: bool, tty: bool) -> Result<i32> {
+    let engine = ctx.engine().await?;
+    let session = engine.exec(name, command, stdin, tty).await?;
+    let id = session.id.clone();
+    terminal::connect(&engine, session, tty, stdin).await?;
+    let code = engine.exit_code(&id).await?.unwrap_or(-1);
     Ok(i32::try_from(code).unwrap_or(1))
 }

@@ -1,9 +1,8 @@
 use clap::Args;
 
-use super::Ctx;
+use super::{terminal, Ctx};
 use crate::error::Result;
 use crate::names::SandboxName;
-use crate::progress::Silent;
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
@@ -17,8 +16,9 @@ pub struct LogsArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let record = ctx.engine(&docker, &Silent).record(&args.name)?;
-    docker.logs(&record.container, args.follow, args.tail).await?;
+    ctx.no_json("logs")?;
+    let engine = ctx.engine().await?;
+    let record = engine.record(&args.name)?;
+    terminal::pump_output(engine.logs(&record, args.follow, args.tail)).await?;
     Ok(0)
 }

@@ -1,12 +1,6 @@
 //! Command-line parsing, one file per command. Commands map arguments into the
-//! library's requests and render the results; they decide nothing themselves.
-
-/// `println!` for text that may hold names the agent chose: escaped (`render::shown`).
-macro_rules! say {
-    ($($arg:tt)*) => {
-        println!("{}", $crate::cli::shown(&format!($($arg)*)))
-    };
-}
+//! library's requests and render the results through the `Printer`; they decide
+//! nothing themselves.
 
 mod attach;
 mod completions;
@@ -16,21 +10,28 @@ mod gc;
 mod lifecycle;
 mod list;
 mod logs;
+mod printer;
 mod render;
-pub use render::{shown, shown_text};
 mod reset;
 mod restore;
 mod status;
 mod sync;
 mod templates;
+mod terminal;
 mod up;
+
+pub use printer::{error_line, Printer};
+pub use render::{shown, shown_text};
+
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use crate::error::Result;
+use crate::env::Settings;
+use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::progress::Progress;
 use crate::runtime::docker::Docker;
+use crate::runtime::Identity;
 use crate::sandbox::{Cancel, Engine};
 use crate::store::Home;
 
@@ -50,6 +51,9 @@ pub struct Cli {
     /// Print only what scripts need: no progress, no hints (for `list`: names only).
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Machine-readable output: the command's result as JSON on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -60,9 +64,9 @@ pub enum Command {
     Up(Box<up::UpArgs>),
     /// One row per sandbox.
     #[command(visible_alias = "ls")]
-    List(list::ListArgs),
+    List,
     /// Everything forage knows about one sandbox.
-    Status(status::StatusArgs),
+    Status(NameArg),
     /// Run a command in a running sandbox; exits with the command's exit code.
     Exec(exec::ExecArgs),
     /// An interactive shell in the sandbox.
@@ -80,8 +84,9 @@ pub enum Command {
     /// Replace the container with a new one from the template as it is now (same
     /// options as `up`); the workspace is untouched.
     Reset(NameArg),
-    /// Bring the agent's commits to the host repository (git: onto branch forage-NAME).
-    Sync(sync::SyncArgs),
+    /// Bring the agent's work to the host repository (git: onto branch forage-NAME;
+    /// jj: as bookmark forage/NAME).
+    Sync(NameArg),
     /// Tear sandboxes down: container first, then workspace and record.
     #[command(visible_alias = "rm")]
     Down(down::DownArgs),
@@ -103,37 +108,68 @@ pub struct NameArg {
     pub name: SandboxName,
 }
 
-/// What every command may need, built lazily so that commands which never touch
-/// Docker (templates, completions) work without an engine.
+/// What every command may need: the printer, the environment, and (built on
+/// first use, so that commands which never touch Docker work without an
+/// engine) the sandbox engine.
 pub struct Ctx {
-    pub quiet: bool,
+    pub out: Printer,
+    pub settings: Arc<Settings>,
     pub home: Home,
+    cancel: Cancel,
 }
 
 impl Ctx {
-    pub async fn docker(&self) -> Result<Docker> {
-        Docker::connect().await
+    /// The engine over the Docker engine `DOCKER_HOST` names, reporting progress
+    /// through the printer.
+    pub async fn engine(&self) -> Result<Engine<Docker>> {
+        let docker = Docker::new(self.settings.docker_host.as_deref());
+        Ok(Engine {
+            home: self.home.clone(),
+            runtime: Arc::new(docker),
+            progress: self.out.progress(),
+            cancel: self.cancel.clone(),
+            settings: self.settings.clone(),
+            identity: Identity::current(),
+        })
     }
 
-    pub fn progress(&self) -> Box<dyn Progress> {
-        if self.quiet {
-            Box::new(render::Quiet)
-        } else {
-            Box::new(render::Spinner::new())
+    /// Ctrl-C, SIGTERM and SIGHUP ask the engine to stop after its current
+    /// step (and roll back, for `up`).
+    fn cancel_on_signals(&self) {
+        use tokio::signal::unix::{signal, SignalKind};
+        for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()] {
+            let cancel = self.cancel.clone();
+            if let Ok(mut sig) = signal(kind) {
+                tokio::spawn(async move {
+                    if sig.recv().await.is_some() {
+                        cancel.trigger();
+                    }
+                });
+            }
         }
     }
 
-    pub fn engine<'a>(&self, docker: &'a Docker, progress: &'a dyn Progress) -> Engine<'a, Docker> {
-        Engine { home: self.home.clone(), runtime: docker, progress, cancel: Cancel::default() }
+    /// Refuses `--json` for a command that reports nothing (it streams).
+    fn no_json(&self, command: &str) -> Result<()> {
+        if self.out.json_wanted() {
+            return Err(Error::usage(format!("`{command}` streams the container's terminal; it has no --json output")));
+        }
+        Ok(())
     }
 }
 
 /// Runs the command; the `Ok` value is the process exit code.
 pub async fn run(cli: Cli) -> Result<i32> {
-    let ctx = Ctx { quiet: cli.quiet, home: Home::from_env()? };
+    let settings = Arc::new(Settings::from_process());
+    let ctx = Ctx {
+        out: Printer::new(cli.quiet, cli.json),
+        home: Home::from_settings(&settings)?,
+        settings,
+        cancel: Cancel::default(),
+    };
     match cli.command {
         Command::Up(args) => up::run(&ctx, *args).await,
-        Command::List(args) => list::run(&ctx, args).await,
+        Command::List => list::run(&ctx).await,
         Command::Status(args) => status::run(&ctx, args).await,
         Command::Exec(args) => exec::run(&ctx, args).await,
         Command::Shell(args) => exec::shell(&ctx, args).await,
@@ -147,8 +183,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Gc(args) => gc::run(&ctx, args).await,
-        Command::Templates(args) => templates::run(args),
-        Command::Completions(args) => completions::run(args),
-        Command::Man(args) => completions::man(args),
+        Command::Templates(args) => templates::run(&ctx, args),
+        Command::Completions(args) => completions::run(&ctx, args),
+        Command::Man(args) => completions::man(&ctx, args),
     }
 }

@@ -1,13 +1,14 @@
-//! Terminal rendering shared by the commands: progress spinners, ages, JSON.
+//! Terminal rendering shared by the commands: progress spinners, tables, ages,
+//! and escaping of what the agent chose.
+
+// The spinner and `--quiet`'s warnings write to stderr, as the printer does.
+#![allow(clippy::print_stderr)]
 
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
-
-use crate::error::{Error, Result};
 use crate::progress::Progress;
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// A spinner on stderr, drawn only when stderr is a terminal.
 pub struct Spinner(Option<ProgressBar>);
@@ -101,12 +102,6 @@ fn escape(text: &str, keep_lines: bool) -> String {
         }
     }
     out
-}
-
-pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(Error::other)?;
-    println!("{text}");
-    Ok(())
 }
 
 /// A borderless table: a header row, then one row per item, columns left-aligned

@@ -3,12 +3,8 @@ use clap::Args;
 use super::Ctx;
 use crate::error::Result;
 use crate::names::SandboxName;
-use crate::progress::Silent;
-use crate::sandbox::UpRequest;
-use crate::template;
-use crate::workspace::git::GitRequest;
-use crate::workspace::jj::JjRequest;
-use crate::workspace::{Mode, WorkspaceRequest};
+use crate::sandbox::Restored;
+use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
@@ -29,47 +25,24 @@ pub struct RestoreArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let engine = ctx.engine(&docker, &Silent);
-    let entry = engine.find_archive(&args.name, args.archive.as_deref())?;
-    if entry.mode == Mode::Jj && args.up && args.branch.is_some() {
-        return Err(crate::error::Error::Usage(
-            "--branch with --up is for git; a jj sandbox's bookmark is always forage/NAME".into(),
-        ));
+    let engine = ctx.engine().await?;
+    if args.up {
+        ctx.cancel_on_signals();
     }
-    let branch = args.branch.clone().unwrap_or_else(|| args.name.branch());
-    if !args.up {
-        engine.restore_branch(&entry, &branch).await?;
-        if !ctx.quiet {
-            let what = if entry.mode == Mode::Jj { "bookmark" } else { "branch" };
-            say!("restored {} as {what} {branch} in {}", entry.refname, entry.repo.display());
-            if entry.mode != Mode::Jj {
-                say!("  uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+    let restored =
+        engine.restore(&args.name, args.archive.as_deref(), args.branch.as_deref(), args.up, &args.secrets).await?;
+    engine.progress.finish();
+    match &restored {
+        Restored::Sandbox { record, .. } if !ctx.out.json_wanted() => super::up::report(ctx, record, true)?,
+        _ if ctx.out.json_wanted() => ctx.out.json(&restored)?,
+        Restored::Branch { archive, branch } => {
+            let what = if archive.mode == Mode::Jj { "bookmark" } else { "branch" };
+            ctx.out.data(format!("restored {} as {what} {branch} in {}", archive.refname, archive.repo.display()));
+            if archive.mode != Mode::Jj {
+                ctx.out.status("uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
             }
         }
-        return Ok(0);
+        Restored::Sandbox { .. } => {}
     }
-    crate::sandbox::ensure_name_free(&ctx.home, &args.name)?;
-    let path = ctx.home.workspaces_dir().join(args.name.as_str());
-    let workspace = match entry.mode {
-        Mode::Jj => WorkspaceRequest::Jj(JjRequest::validate(
-            &entry.repo,
-            Some(&entry.commit),
-            &args.name,
-            path,
-            ctx.home.private_dir_of(&args.name),
-        )?),
-        _ => WorkspaceRequest::GitWorktree(GitRequest::validate(
-            &entry.repo,
-            Some(&entry.commit),
-            Some(&branch),
-            &args.name,
-            path,
-            ctx.home.private_dir_of(&args.name),
-        )?),
-    };
-    let mut request = UpRequest::new(args.name, template::resolve(&entry.template)?, workspace);
-    request.options.secrets = super::up::secret_files(&args.secrets)?;
-    crate::sandbox::preflight(&request, ctx.home.root())?;
-    super::up::bring_up(ctx, request).await
+    Ok(0)
 }

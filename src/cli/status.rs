@@ -1,77 +1,71 @@
-use clap::Args;
-
-use super::render::{age, print_json};
-use super::Ctx;
+use super::render::age;
+use super::{Ctx, NameArg};
 use crate::error::Result;
-use crate::names::SandboxName;
-use crate::progress::Silent;
-use crate::workspace::Mode;
+use crate::sandbox::SandboxStatus;
+use crate::workspace::{Mode, Synced};
 
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    pub name: SandboxName,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<i32> {
-    let docker = ctx.docker().await?;
-    let s = ctx.engine(&docker, &Silent).status(&args.name).await?;
-    if args.json {
-        print_json(&s)?;
+pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
+    let s = ctx.engine().await?.status(&args.name).await?;
+    if ctx.out.json_wanted() {
+        ctx.out.json(&s)?;
         return Ok(0);
     }
     let r = &s.record;
-    say!("name:       {}", r.name);
-    say!("status:     {}", s.row.status);
-    say!("mode:       {}", r.workspace.mode());
-    say!("workspace:  {}", r.workspace.host_path().display());
+    let ws = r.workspace.get();
+    let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
+    line("name", r.name.to_string());
+    line("status", s.row.status.to_string());
+    line("mode", ws.mode().to_string());
+    line("workspace", ws.host_path().display().to_string());
     if let Some(e) = &s.sync_error {
-        say!("sync:       FAILED: {e}");
+        line("sync", format!("FAILED: {e}"));
     }
-    if let Some(head) = match &s.sync {
-        Some(crate::sandbox::Synced::Git(r)) => r.agent_head.as_deref(),
-        _ => None,
-    } {
-        say!("agent HEAD: {head}");
-    }
-    if let Some(g) = &s.git {
-        let (kind, change) = if r.workspace.mode() == Mode::Jj { ("bookmark", "change") } else { ("branch", "commit") };
-        let plural = |n: usize| format!("{n} {change}{}", if n == 1 { "" } else { "s" });
-        say!("{:<12}{}", format!("{kind}:"), g.branch);
-        let short_ids = || g.base.split(',').map(|id| &id[..id.len().min(12)]).collect::<Vec<_>>().join(", ");
-        let base =
-            g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/").to_owned()).unwrap_or_else(short_ids);
-        say!("base:       {base} ({} ahead, {} behind)", plural(g.ahead), plural(g.behind));
-        if g.dirty.is_empty() {
-            say!("changes:    none uncommitted");
-        }
-        for f in &g.dirty {
-            say!("changed:    {f}");
+    if let Some(Synced::Git(report)) = &s.sync {
+        if let Some(head) = &report.agent_head {
+            line("agent HEAD", head.clone());
         }
     }
-    say!("template:   {}", r.template);
-    say!("image:      {}", r.image);
-    say!("container:  {}", r.container);
-    say!("created:    {} ago", age(r.created_at));
+    history(ctx, &s, ws.mode());
+    line("template", r.template.clone());
+    line("image", r.image.clone());
+    line("container", r.container.clone());
+    line("created", format!("{} ago", age(r.created_at)));
     match &s.container {
         Some(c) => {
-            say!("id:         {}", &c.id[..c.id.len().min(12)]);
-            if let Some(code) = c.exit_code.filter(|_| matches!(c.state.as_str(), "exited" | "dead")) {
-                say!("exit code:  {code}");
+            line("id", c.id[..c.id.len().min(12)].to_owned());
+            if let Some(code) = c.exit_code.filter(|_| c.state.has_ended()) {
+                line("exit code", code.to_string());
             }
             let mut mounts: Vec<_> = c.mounts.iter().collect();
             mounts.sort_by(|a, b| a.target.cmp(&b.target));
             for m in mounts {
                 let mode = if m.read_only { "ro" } else { "rw" };
-                say!("mount:      {} -> {} ({mode})", m.source.display(), m.target);
+                line("mount", format!("{} -> {} ({mode})", m.source.display(), m.target));
             }
         }
-        None => say!(
-            "(the container is gone; `forage-ctl reset {0}` makes a new one, `forage-ctl down {0}` cleans up)",
-            r.name
-        ),
+        None => {
+            ctx.out.status("the container is gone");
+            ctx.out.hint_run("{command} makes a new one", ["reset", r.name.as_str()]);
+            ctx.out.hint_run("{command} cleans up", ["down", r.name.as_str()]);
+        }
     }
     Ok(0)
+}
+
+/// The branch or bookmark against its base, and the uncommitted files.
+fn history(ctx: &Ctx, s: &SandboxStatus, mode: Mode) {
+    let Some(g) = &s.git else { return };
+    let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
+    let (kind, change) = if mode == Mode::Jj { ("bookmark", "change") } else { ("branch", "commit") };
+    let plural = |n: usize| format!("{n} {change}{}", if n == 1 { "" } else { "s" });
+    line(kind, g.branch.clone());
+    let short_ids = || g.base.split(',').map(|id| &id[..id.len().min(12)]).collect::<Vec<_>>().join(", ");
+    let base = g.base_ref.as_deref().map(|b| b.trim_start_matches("refs/heads/").to_owned()).unwrap_or_else(short_ids);
+    line("base", format!("{base} ({} ahead, {} behind)", plural(g.ahead), plural(g.behind)));
+    if g.dirty.is_empty() {
+        line("changes", "none uncommitted".into());
+    }
+    for f in &g.dirty {
+        line("changed", f.clone());
+    }
 }

@@ -1,16 +1,14 @@
 use clap::{Args, Subcommand};
 
-use super::render::print_json;
+use super::render::{shown, Table};
+use super::Ctx;
 use crate::error::{Error, Result};
-use crate::template;
+use crate::template::Templates;
 
 #[derive(Debug, Args)]
 pub struct TemplatesArgs {
     #[command(subcommand)]
     pub action: Option<TemplatesAction>,
-    /// Machine-readable output.
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -19,32 +17,33 @@ pub enum TemplatesAction {
     Show { name: String },
 }
 
-pub fn run(args: TemplatesArgs) -> Result<i32> {
+pub fn run(ctx: &Ctx, args: TemplatesArgs) -> Result<i32> {
+    let templates = Templates::new(&ctx.settings);
     match args.action {
         Some(TemplatesAction::Show { name }) => {
-            let t = template::resolve(&name)?;
-            if args.json {
-                print_json(&serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}))?;
+            let t = templates.resolve(&name)?;
+            if ctx.out.json_wanted() {
+                ctx.out.json(&serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}))?;
             } else {
-                say!("# {} ({})", t.name, t.origin);
-                print!("{}", serde_yaml_ng::to_string(&t.template).map_err(Error::other)?);
+                ctx.out.data(format!("# {} ({})", t.name, t.origin));
+                let yaml = serde_yaml_ng::to_string(&t.template).map_err(Error::other)?;
+                ctx.out.data_block(super::shown_text(&yaml));
             }
         }
         None => {
-            let all = template::list()?;
-            if args.json {
+            let all = templates.list()?;
+            if ctx.out.json_wanted() {
                 let rows: Vec<_> = all
                     .iter()
                     .map(|t| serde_json::json!({"name": t.name, "description": t.template.description, "origin": t.origin}))
                     .collect();
-                print_json(&rows)?;
+                ctx.out.json(&rows)?;
             } else {
-                let width = all.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-                let desc = all.iter().map(|t| t.template.description.len()).max().unwrap_or(11).max(11);
-                say!("{:width$}  {:desc$}  SOURCE", "NAME", "DESCRIPTION");
+                let mut table = Table::new(["NAME", "DESCRIPTION", "SOURCE"]);
                 for t in &all {
-                    say!("{:width$}  {:desc$}  {}", t.name, t.template.description, t.origin);
+                    table.row([shown(&t.name), shown(&t.template.description), shown(&t.origin.to_string())]);
                 }
+                ctx.out.data_block(table.to_string());
             }
         }
     }

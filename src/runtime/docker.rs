@@ -11,58 +11,83 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
+use super::image::Entry;
 use super::{
-    ContainerDetails, ContainerSpec, ContainerSummary, Identity, ImageSource, Mount, ReadyImage, Runtime, StartWatch,
-    AGENT_HOME, WORKSPACE_TARGET,
+    ContainerDetails, ContainerSpec, ContainerState, ContainerSummary, ExecOptions, Identity, ImageSource, Mount,
+    Network, OutputStream, ReadyImage, Runtime, Session, SessionId, StartWatch, AGENT_HOME, WORKSPACE_TARGET,
 };
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
 use crate::progress::Progress;
-use crate::template::Network;
 
 /// The lowest Engine API this crate is tested against (Docker 20.10).
 const MIN_API: (usize, usize) = (1, 41);
 
+/// The Docker engine, connected to on first use (so that everything that can
+/// be checked without it is checked first, and a command that needs no engine
+/// never asks for one). Clones share the connection.
+#[derive(Clone)]
 pub struct Docker {
-    pub(crate) api: bollard::Docker,
+    host: Option<String>,
+    api: std::sync::Arc<tokio::sync::OnceCell<bollard::Docker>>,
 }
 
 impl Docker {
-    /// Connects to the engine named by DOCKER_HOST (default: the local socket) and
-    /// agrees on an API version with it, so newer and older engines both work.
-    pub async fn connect() -> Result<Self> {
-        let host = std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    /// The engine named by `docker_host` (DOCKER_HOST; default the local socket).
+    pub fn new(docker_host: Option<&str>) -> Self {
+        Docker { host: docker_host.map(str::to_owned), api: Default::default() }
+    }
+
+    /// The connection, made the first time: agreeing on an API version with the
+    /// engine, so newer and older engines both work.
+    pub(crate) async fn api(&self) -> Result<bollard::Docker> {
+        self.api.get_or_try_init(|| connect(self.host.as_deref())).await.cloned()
+    }
+}
+
+async fn connect(docker_host: Option<&str>) -> Result<bollard::Docker> {
+    {
+        let host = docker_host.unwrap_or("unix:///var/run/docker.sock").to_owned();
         let unreachable = |detail: String| {
             let fix = if detail.contains("ermission denied") {
                 "ask for access to the socket (e.g. join the `docker` group and log in again) or point DOCKER_HOST at an engine you may use"
             } else {
                 "start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
             };
-            Error::Engine(format!("cannot reach the Docker engine at {host} ({detail}); {fix}"))
+            Error::engine(format!("cannot reach the Docker engine at {host} ({detail})")).hint(fix)
         };
-        let api = bollard::Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        let api = match docker_host {
+            Some(h) if h.starts_with("unix://") => {
+                bollard::Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION)
+            }
+            Some(h) => bollard::Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION),
+            None => bollard::Docker::connect_with_unix_defaults(),
+        }
+        .map_err(|e| unreachable(e.to_string()))?;
         let api = api.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
         let v = api.client_version();
         let (major, minor) = (v.major_version, v.minor_version);
         if (major, minor) < MIN_API {
-            return Err(Error::Engine(format!(
+            return Err(Error::engine(format!(
                 "the Docker engine at {host} speaks API {major}.{minor}; forage needs {}.{} or newer (Docker 20.10+)",
                 MIN_API.0, MIN_API.1
             )));
         }
-        Ok(Docker { api })
+        Ok(api)
     }
+}
 
+impl Docker {
     /// Waits (up to a minute) until the engine no longer knows container `name`.
     async fn wait_until_gone(&self, name: &str) -> Result<()> {
         for _ in 0..600 {
-            match self.api.inspect_container(name, None::<InspectContainerOptions>).await {
+            match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
                 Err(e) if is_docker_not_found(&e) => return Ok(()),
                 Err(e) => return Err(Error::docker(format!("waiting for container {name} to be removed"), e)),
                 Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             }
         }
-        Err(Error::Other(format!(
+        Err(Error::other(format!(
             "container {name} is still being removed after a minute; run the command again once `docker ps -a` no longer shows it"
         )))
     }
@@ -70,7 +95,7 @@ impl Docker {
     /// Reads one file out of a (possibly stopped) container; `None` if it is absent.
     async fn read_file(&self, container: &str, path: &str) -> Result<Option<String>> {
         let options = DownloadFromContainerOptions { path: path.to_owned() };
-        let stream = self.api.download_from_container(container, Some(options));
+        let stream = self.api().await?.download_from_container(container, Some(options));
         let chunks: Vec<Bytes> = match stream.try_collect().await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
@@ -98,23 +123,15 @@ impl Docker {
         let (passwd, group) = merge_identity(&passwd, &group, who);
 
         let mut tar = tar::Builder::new(Vec::new());
-        let mut add = |path: &str, body: &[u8], mode: u32, owner: (u32, u32), dir: bool| {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(if dir { tar::EntryType::Directory } else { tar::EntryType::Regular });
-            h.set_size(body.len() as u64);
-            h.set_mode(mode);
-            h.set_uid(owner.0.into());
-            h.set_gid(owner.1.into());
-            h.set_mtime(0);
-            tar.append_data(&mut h, path, body)
-        };
-        let root = (0, 0);
-        add("etc/passwd", passwd.as_bytes(), 0o644, root, false)
-            .and_then(|()| add("etc/group", group.as_bytes(), 0o644, root, false))
-            .and_then(|()| add(&AGENT_HOME[1..], b"", 0o755, (who.uid, who.gid), true))
+        let home = Entry { owner: (who.uid, who.gid), ..Entry::dir(0o755) };
+        Entry::file(0o644)
+            .append(&mut tar, "etc/passwd", passwd.as_bytes())
+            .and_then(|()| Entry::file(0o644).append(&mut tar, "etc/group", group.as_bytes()))
+            .and_then(|()| home.append(&mut tar, &AGENT_HOME[1..], &[]))
             .map_err(Error::other)?;
         let bytes = tar.into_inner().map_err(Error::other)?;
-        self.api
+        self.api()
+            .await?
             .upload_to_container(
                 container,
                 Some(UploadToContainerOptions { path: "/".into(), ..Default::default() }),
@@ -168,28 +185,34 @@ fn docker_mount(m: &Mount) -> DockerMount {
 }
 
 impl Runtime for Docker {
+    async fn ping(&self) -> Result<()> {
+        self.api().await.map(|_| ())
+    }
+
     async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<ReadyImage> {
+        let me = source.identity();
         let reference = match source {
-            ImageSource::Reference(reference) => reference.clone(),
-            ImageSource::Host { template, spec } => {
+            ImageSource::Reference { reference, .. } => reference.clone(),
+            ImageSource::Host { template, spec, tool_dirs, identity } => {
                 // Built for the invoking user: it carries their identity.
-                let (reference, tools) = super::image::ensure_host_image(&self.api, template, spec, progress).await?;
+                let (reference, tools) =
+                    super::image::ensure_host_image(&self.api().await?, template, spec, tool_dirs, *identity, progress)
+                        .await?;
                 return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools) });
             }
-            ImageSource::Build { template, context } => {
-                super::image::ensure_built_image(&self.api, template, context, progress).await?
+            ImageSource::Build { template, context, .. } => {
+                super::image::ensure_built_image(&self.api().await?, template, context, progress).await?
             }
         };
-        let image = match self.api.inspect_image(&reference).await {
+        let image = match self.api().await?.inspect_image(&reference).await {
             Ok(image) => image,
             Err(e) if is_docker_not_found(&e) => {
-                return Err(Error::NotFound(format!(
+                return Err(Error::not_found(format!(
                     "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
                 )))
             }
             Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
         };
-        let me = Identity::current();
         let has_identity = image
             .config
             .and_then(|c| c.labels)
@@ -228,10 +251,10 @@ impl Runtime for Docker {
             ..Default::default()
         };
         let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
-        match self.api.create_container(Some(options), config).await {
+        match self.api().await?.create_container(Some(options), config).await {
             Ok(_) => {}
             Err(e) if is_docker_conflict(&e) => {
-                return Err(Error::Conflict(format!(
+                return Err(Error::conflict(format!(
                     "a container named {} already exists; remove it or pick another sandbox name",
                     spec.name
                 )))
@@ -245,12 +268,16 @@ impl Runtime for Docker {
     }
 
     async fn start(&self, name: &str) -> Result<()> {
-        self.api.start_container(name, None).await.map_err(|e| Error::docker(format!("starting container {name}"), e))
+        self.api()
+            .await?
+            .start_container(name, None)
+            .await
+            .map_err(|e| Error::docker(format!("starting container {name}"), e))
     }
 
     async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()> {
         let options = StopContainerOptions { t: i32::try_from(timeout_secs).ok(), signal: None };
-        match self.api.stop_container(name, Some(options)).await {
+        match self.api().await?.stop_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             // 304: already stopped; 404: already gone.
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 304 | 404, .. }) => Ok(()),
@@ -260,7 +287,7 @@ impl Runtime for Docker {
 
     async fn remove(&self, name: &str) -> Result<()> {
         let options = RemoveContainerOptions { force: true, v: true, link: false };
-        match self.api.remove_container(name, Some(options)).await {
+        match self.api().await?.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_docker_not_found(&e) => Ok(()),
             // 409: another removal is in progress (a concurrent down, or the
@@ -272,7 +299,7 @@ impl Runtime for Docker {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>> {
-        let c = match self.api.inspect_container(name, None::<InspectContainerOptions>).await {
+        let c = match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
             Err(e) => return Err(Error::docker(format!("inspecting container {name}"), e)),
@@ -290,7 +317,7 @@ impl Runtime for Docker {
             .collect();
         Ok(Some(ContainerDetails {
             id: c.id.unwrap_or_default(),
-            state: state.status.map(|s| s.to_string()).unwrap_or_else(|| "unknown".into()),
+            state: state.status.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown),
             exit_code: state.exit_code,
             started_at: state.started_at,
             finished_at: state.finished_at,
@@ -308,7 +335,7 @@ impl Runtime for Docker {
         self.create(spec).await?;
         let ran = async {
             self.start(&spec.name).await?;
-            let mut waited = self.api.wait_container(&spec.name, None);
+            let mut waited = self.api().await?.wait_container(&spec.name, None);
             let code = match waited.next().await {
                 Some(Ok(done)) => done.status_code,
                 // bollard reports a non-zero exit as an error carrying the code.
@@ -317,7 +344,7 @@ impl Runtime for Docker {
                 None => -1,
             };
             let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
-            let mut logs = self.api.logs(&spec.name, Some(options));
+            let mut logs = self.api().await?.logs(&spec.name, Some(options));
             let mut output = Vec::new();
             while let Some(chunk) = logs.next().await {
                 let chunk = chunk.map_err(|e| Error::docker(format!("reading the output of {}", spec.name), e))?;
@@ -341,7 +368,8 @@ impl Runtime for Docker {
             detach_keys: None,
         };
         let attached = self
-            .api
+            .api()
+            .await?
             .attach_container(container, Some(options))
             .await
             .map_err(|e| Error::docker(format!("attaching to {container}"), e))?;
@@ -353,20 +381,45 @@ impl Runtime for Docker {
         Ok(StartWatch::new(output))
     }
 
+    async fn exec(&self, container: &str, command: Vec<String>, options: ExecOptions) -> Result<Session> {
+        self.exec_session(container, command, options).await
+    }
+
+    async fn attach(&self, container: &str) -> Result<Session> {
+        self.attach_session(container).await
+    }
+
+    async fn resize(&self, session: &SessionId, rows: u16, cols: u16) -> Result<()> {
+        self.resize_session(session, rows, cols).await
+    }
+
+    async fn exit_code(&self, session: &SessionId) -> Result<Option<i64>> {
+        self.session_exit_code(session).await
+    }
+
+    fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> OutputStream {
+        self.logs_stream(container, follow, tail)
+    }
+
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {
         let filters = HashMap::from([(
             "label".to_string(),
             vec![LABEL_SANDBOX.to_string(), format!("{LABEL_HOME}={home_label}")],
         )]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let containers =
-            self.api.list_containers(Some(options)).await.map_err(|e| Error::docker("listing containers", e))?;
+        let containers = self
+            .api()
+            .await?
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| Error::docker("listing containers", e))?;
         Ok(containers
             .into_iter()
             .filter_map(|c| {
                 let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
                 let name = c.names?.first()?.trim_start_matches('/').to_owned();
-                Some(ContainerSummary { name, sandbox, state: c.state.map(|s| s.to_string()).unwrap_or_default() })
+                let state = c.state.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown);
+                Some(ContainerSummary { name, sandbox, state })
             })
             .collect())
     }

@@ -17,10 +17,10 @@ use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
 use super::docker::merge_identity;
+use super::HostImage;
 use super::{Identity, AGENT_HOME};
 use crate::error::{is_docker_not_found, Error, Result};
 use crate::progress::Progress;
-use crate::template::HostImage;
 
 /// A template name as Docker allows in a repository path: lowercase alphanumerics
 /// separated by single dashes.
@@ -53,18 +53,16 @@ pub const LABEL_IMAGE_KEY: &str = "forage.image.key";
 /// so creating a container needs no copying into it.
 pub const LABEL_IMAGE_IDENTITY: &str = "forage.image.identity";
 
-/// The tools that exist on this host, resolved on PATH: (name, host path).
-fn resolve_tools(spec: &HostImage) -> Result<Vec<(String, PathBuf)>> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    // Relative PATH entries would make the image depend on the current directory.
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path).filter(|d| d.is_absolute()).collect();
+/// The tools that exist on this host, resolved in `dirs` (the user's PATH):
+/// (name, host path).
+fn resolve_tools(spec: &HostImage, dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf)>> {
     let mut found = Vec::new();
     for tool in &spec.tools {
         let hit = dirs.iter().map(|d| d.join(tool)).find(|p| is_executable(p));
         match hit {
             Some(p) => found.push((tool.clone(), p)),
             None if spec.require.contains(tool) => {
-                return Err(Error::NotFound(format!(
+                return Err(Error::not_found(format!(
                     "the host has no {tool:?} on PATH, which the offline image needs; install it or use a template with `image`"
                 )))
             }
@@ -108,11 +106,12 @@ pub async fn ensure_host_image(
     api: &bollard::Docker,
     template: &str,
     spec: &HostImage,
+    tool_dirs: &[PathBuf],
+    who: Identity,
     progress: &dyn Progress,
 ) -> Result<(String, Vec<String>)> {
-    let tools = resolve_tools(spec)?;
+    let tools = resolve_tools(spec, tool_dirs)?;
     let names: Vec<String> = tools.iter().map(|(name, _)| name.clone()).collect();
-    let who = Identity::current();
     let key = cache_key(&tools, who);
     let repo = format!("forage-host/{}", repository_component(template));
     let reference = format!("{repo}:{key}");
@@ -200,44 +199,89 @@ pub async fn ensure_built_image(
 
 fn build_failed(template: &str, error: &str, last_lines: &[String]) -> Error {
     let tail = if last_lines.is_empty() { String::new() } else { format!("\n{}", last_lines.join("\n")) };
-    Error::Other(format!(
+    Error::other(format!(
         "building the image of template {template:?} failed: {}; if it failed pulling its base image, that image must be in the engine or reachable in a registry{tail}",
         error.trim()
     ))
 }
 
-/// The build context as a tar (deterministic: sorted, zero mtimes, no .git) and
-/// the Dockerfile's path inside it.
+/// One tar entry, deterministic (no times, root's unless said).
+pub(super) struct Entry<'a> {
+    pub(super) kind: tar::EntryType,
+    pub(super) mode: u32,
+    pub(super) owner: (u32, u32),
+    /// A symlink's target.
+    pub(super) link: Option<&'a Path>,
+}
+
+impl Entry<'_> {
+    pub(super) fn file(mode: u32) -> Self {
+        Entry { kind: tar::EntryType::Regular, mode, owner: (0, 0), link: None }
+    }
+
+    pub(super) fn dir(mode: u32) -> Self {
+        Entry { kind: tar::EntryType::Directory, mode, owner: (0, 0), link: None }
+    }
+
+    fn header(&self, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(self.kind);
+        h.set_size(size);
+        h.set_mode(self.mode);
+        h.set_uid(self.owner.0.into());
+        h.set_gid(self.owner.1.into());
+        h.set_mtime(0);
+        h
+    }
+
+    /// Appends this entry at `path` with `body`.
+    pub(super) fn append<W: std::io::Write>(
+        &self,
+        tar: &mut tar::Builder<W>,
+        path: impl AsRef<Path>,
+        body: &[u8],
+    ) -> std::io::Result<()> {
+        let mut h = self.header(body.len() as u64);
+        match self.link {
+            Some(target) => tar.append_link(&mut h, path, target),
+            None => tar.append_data(&mut h, path, body),
+        }
+    }
+}
+
+/// The build context as a tar (deterministic: sorted, zero mtimes, no .git,
+/// what `.dockerignore` leaves out left out, symlinks kept as symlinks) and the
+/// Dockerfile's path inside it.
 fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
     let io = |e: std::io::Error| Error::other(format!("packing the build context: {e}"));
     let mut tar = tar::Builder::new(Vec::new());
     let dockerfile = match context {
         BuildContext::Embedded { dockerfile } => {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(dockerfile.len() as u64);
-            h.set_mode(0o644);
-            h.set_mtime(0);
-            tar.append_data(&mut h, "Dockerfile", dockerfile.as_bytes()).map_err(io)?;
+            Entry::file(0o644).append(&mut tar, "Dockerfile", dockerfile.as_bytes()).map_err(io)?;
             "Dockerfile".to_owned()
         }
         BuildContext::Dir { dir, dockerfile } => {
             if !dir.join(dockerfile).is_file() {
-                return Err(Error::Usage(format!(
+                return Err(Error::usage(format!(
                     "the build context {} has no {dockerfile}; fix `build` in the template",
                     dir.display()
                 )));
             }
-            let mut files = Vec::new();
-            collect_files(dir, dir, &mut files).map_err(io)?;
+            let ignore = dockerignore(dir);
+            let mut files = collect_files(dir, &ignore, dockerfile).map_err(io)?;
             files.sort();
             for rel in files {
-                let mut f = std::fs::File::open(dir.join(&rel)).map_err(io)?;
-                let meta = f.metadata().map_err(io)?;
-                let mut h = tar::Header::new_gnu();
-                h.set_size(meta.len());
-                h.set_mode(meta.mode() & 0o7777);
-                h.set_mtime(0);
-                tar.append_data(&mut h, &rel, &mut f).map_err(io)?;
+                let path = dir.join(&rel);
+                let meta = std::fs::symlink_metadata(&path).map_err(io)?;
+                if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(&path).map_err(io)?;
+                    let entry =
+                        Entry { kind: tar::EntryType::Symlink, mode: 0o777, owner: (0, 0), link: Some(&target) };
+                    entry.append(&mut tar, &rel, &[]).map_err(io)?;
+                } else {
+                    let body = std::fs::read(&path).map_err(io)?;
+                    Entry::file(meta.mode() & 0o7777).append(&mut tar, &rel, &body).map_err(io)?;
+                }
             }
             dockerfile.clone()
         }
@@ -245,18 +289,49 @@ fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
     Ok((tar.into_inner().map_err(io)?, dockerfile))
 }
 
-fn collect_files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let kind = entry.file_type()?;
-        if kind.is_dir() && entry.file_name() != ".git" {
-            collect_files(root, &path, out)?;
-        } else if kind.is_file() {
-            out.push(path.strip_prefix(root).expect("under root").to_path_buf());
+/// The context's `.dockerignore`, as the engine's builder reads it.
+fn dockerignore(dir: &Path) -> ignore::gitignore::Gitignore {
+    let mut builder = ignore::gitignore::GitignoreBuilder::new(dir);
+    if let Ok(text) = std::fs::read_to_string(dir.join(".dockerignore")) {
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            // Docker's patterns are relative to the context's root.
+            let line = line.trim_start_matches("./");
+            let rooted =
+                if line.starts_with('!') || line.starts_with('/') { line.to_owned() } else { format!("/{line}") };
+            let _ = builder.add_line(None, &rooted);
         }
     }
-    Ok(())
+    builder.build().unwrap_or_else(|_| ignore::gitignore::Gitignore::empty())
+}
+
+/// Every file and symlink of the context that `.dockerignore` keeps (never
+/// `.git`), relative to `root`; the Dockerfile always.
+fn collect_files(
+    root: &Path,
+    ignore: &ignore::gitignore::Gitignore,
+    dockerfile: &str,
+) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+            let kind = entry.file_type()?;
+            let kept =
+                rel == Path::new(dockerfile) || !ignore.matched_path_or_any_parents(&path, kind.is_dir()).is_ignore();
+            if !kept || entry.file_name() == ".git" {
+                continue;
+            }
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() || kind.is_symlink() {
+                out.push(rel);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The shared libraries `binary` loads, as the dynamic linker resolves them on this
@@ -306,17 +381,29 @@ fn build_rootfs(tools: &[(String, PathBuf)], who: Identity) -> Result<Vec<u8>> {
             files.insert(in_image, lib);
         }
     }
-
-    let mut tar = tar::Builder::new(Vec::new());
-    let dir = |tar: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(mode);
-        h.set_size(0);
-        h.set_mtime(0);
-        tar.append_data(&mut h, path, std::io::empty())
-    };
     let io = |e: std::io::Error| Error::other(format!("assembling the image: {e}"));
+    let mut tar = tar::Builder::new(Vec::new());
+    skeleton(&mut tar, who).map_err(io)?;
+    let mut made_dirs = std::collections::BTreeSet::new();
+    for (in_image, host) in &files {
+        for ancestor in in_image.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
+            let s = ancestor.to_string_lossy().into_owned();
+            if !s.is_empty() && made_dirs.insert(s.clone()) && !matches!(s.as_str(), "usr" | "usr/bin") {
+                Entry::dir(0o755).append(&mut tar, &s, &[]).map_err(io)?;
+            }
+        }
+        let body = std::fs::read(host).map_err(io)?;
+        let mode = std::fs::metadata(host).map_err(io)?.mode() & 0o7755;
+        Entry::file(mode).append(&mut tar, in_image, &body).map_err(io)?;
+    }
+    tar.into_inner().map_err(io)
+}
+
+/// What every image built from host tools has besides the tools: the usual
+/// directories, `/bin`, the invoking user's passwd and group entries and HOME
+/// (as `Docker::install_identity` would add them to any other image, baked in
+/// so that `up` need not copy them in), and name resolution from files.
+fn skeleton(tar: &mut tar::Builder<Vec<u8>>, who: Identity) -> std::io::Result<()> {
     for (d, mode) in [
         ("etc", 0o755),
         ("home", 0o755),
@@ -326,54 +413,16 @@ fn build_rootfs(tools: &[(String, PathBuf)], who: Identity) -> Result<Vec<u8>> {
         ("usr/bin", 0o755),
         ("workspace", 0o755),
     ] {
-        dir(&mut tar, d, mode).map_err(io)?;
+        Entry::dir(mode).append(tar, d, &[])?;
     }
-    let mut link = tar::Header::new_gnu();
-    link.set_entry_type(tar::EntryType::Symlink);
-    link.set_size(0);
-    link.set_mode(0o777);
-    link.set_mtime(0);
-    tar.append_link(&mut link, "bin", "usr/bin").map_err(io)?;
-
-    let text_file = |tar: &mut tar::Builder<Vec<u8>>, path: &str, body: &str| {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(body.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        tar.append_data(&mut h, path, body.as_bytes())
-    };
-    // The invoking user's entries and HOME, as `Docker::install_identity` would add
-    // them to any other image; baked in here so `up` need not copy them in.
+    let bin = Entry { kind: tar::EntryType::Symlink, mode: 0o777, owner: (0, 0), link: Some(Path::new("usr/bin")) };
+    bin.append(tar, "bin", &[])?;
     let (passwd, group) = merge_identity("root:x:0:0:root:/root:/bin/sh\n", "root:x:0:\n", who);
-    text_file(&mut tar, "etc/passwd", &passwd).map_err(io)?;
-    text_file(&mut tar, "etc/group", &group).map_err(io)?;
-    let mut home = tar::Header::new_gnu();
-    home.set_entry_type(tar::EntryType::Directory);
-    home.set_mode(0o755);
-    home.set_uid(who.uid.into());
-    home.set_gid(who.gid.into());
-    home.set_size(0);
-    home.set_mtime(0);
-    tar.append_data(&mut home, &AGENT_HOME[1..], std::io::empty()).map_err(io)?;
-    text_file(&mut tar, "etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n").map_err(io)?;
-
-    let mut made_dirs = std::collections::BTreeSet::new();
-    for (in_image, host) in &files {
-        for ancestor in in_image.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev() {
-            let s = ancestor.to_string_lossy().into_owned();
-            if !s.is_empty() && made_dirs.insert(s.clone()) && !matches!(s.as_str(), "usr" | "usr/bin") {
-                dir(&mut tar, &s, 0o755).map_err(io)?;
-            }
-        }
-        let mut f = std::fs::File::open(host).map_err(io)?;
-        let meta = f.metadata().map_err(io)?;
-        let mut h = tar::Header::new_gnu();
-        h.set_size(meta.len());
-        h.set_mode(meta.mode() & 0o7755);
-        h.set_mtime(0);
-        tar.append_data(&mut h, in_image, &mut f).map_err(io)?;
-    }
-    tar.into_inner().map_err(io)
+    Entry::file(0o644).append(tar, "etc/passwd", passwd.as_bytes())?;
+    Entry::file(0o644).append(tar, "etc/group", group.as_bytes())?;
+    let home = Entry { owner: (who.uid, who.gid), ..Entry::dir(0o755) };
+    home.append(tar, &AGENT_HOME[1..], &[])?;
+    Entry::file(0o644).append(tar, "etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n")
 }
 
 #[cfg(test)]
@@ -390,7 +439,7 @@ mod tests {
     #[test]
     fn key_is_stable_and_tracks_the_tool_set() {
         let spec = HostImage { tools: vec!["sh".into(), "ls".into()], require: vec!["sh".into()] };
-        let tools = resolve_tools(&spec).unwrap();
+        let tools = resolve_tools(&spec, &crate::env::Settings::from_process().path).unwrap();
         let me = Identity { uid: 1000, gid: 1000 };
         assert_eq!(cache_key(&tools, me), cache_key(&tools, me));
         assert_ne!(cache_key(&tools, me), cache_key(&tools[..1], me));
@@ -400,13 +449,46 @@ mod tests {
     #[test]
     fn a_missing_required_tool_is_named() {
         let spec = HostImage { tools: vec!["no-such-tool-xyz".into()], require: vec!["no-such-tool-xyz".into()] };
-        let err = resolve_tools(&spec).unwrap_err().to_string();
+        let err = resolve_tools(&spec, &crate::env::Settings::from_process().path).unwrap_err().to_string();
         assert!(err.contains("no-such-tool-xyz"), "{err}");
     }
 
     #[test]
+    fn a_build_context_leaves_out_what_dockerignore_says_and_keeps_symlinks() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        std::fs::write(dir.join("Dockerfile"), "FROM scratch\n").unwrap();
+        std::fs::write(dir.join(".dockerignore"), "# comment\n*.log\nsecret\n!keep.log\nDockerfile\n").unwrap();
+        std::fs::create_dir_all(dir.join("secret")).unwrap();
+        std::fs::create_dir_all(dir.join("src/.git")).unwrap();
+        for f in ["a.log", "keep.log", "secret/key", "src/main.c", "src/.git/config"] {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        std::os::unix::fs::symlink("src/main.c", dir.join("link")).unwrap();
+        let context = BuildContext::Dir { dir: dir.to_path_buf(), dockerfile: "Dockerfile".into() };
+        let (tar, dockerfile) = context_tar(&context).unwrap();
+        assert_eq!(dockerfile, "Dockerfile");
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let entries: Vec<(String, tar::EntryType)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.header().entry_type())
+            })
+            .collect();
+        let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, [".dockerignore", "Dockerfile", "keep.log", "link", "src/main.c"]);
+        assert_eq!(entries[3].1, tar::EntryType::Symlink);
+    }
+
+    #[test]
     fn finds_the_libraries_of_a_dynamic_binary() {
-        let sh = resolve_tools(&HostImage { tools: vec!["ls".into()], require: vec!["ls".into()] }).unwrap();
+        let sh = resolve_tools(
+            &HostImage { tools: vec!["ls".into()], require: vec!["ls".into()] },
+            &crate::env::Settings::from_process().path,
+        )
+        .unwrap();
         let libs = shared_libraries(&sh[0].1).unwrap();
         assert!(libs.iter().any(|l| l.to_string_lossy().contains("libc.so")), "{libs:?}");
     }

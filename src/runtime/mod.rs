@@ -7,13 +7,13 @@ pub mod image;
 pub mod session;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use crate::error::Result;
 use crate::progress::Progress;
-use crate::template::{HostImage, Network};
 
 /// Who the agent runs as inside the container: the invoking user's ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,39 @@ impl Identity {
     }
 }
 
-/// The agent's home inside every sandbox, writable by the agent.
-pub const AGENT_HOME: &str = "/home/agent";
-/// Where the workspace appears inside every sandbox.
-pub const WORKSPACE_TARGET: &str = "/workspace";
+pub use crate::inside::{AGENT_HOME, WORKSPACE as WORKSPACE_TARGET};
+
+/// A sandbox's network: the engine's bridge, or none (loopback only).
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    #[default]
+    Full,
+    None,
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Network, String> {
+        match s {
+            "full" => Ok(Network::Full),
+            "none" => Ok(Network::None),
+            other => Err(format!("{other:?} is not a network: use full or none")),
+        }
+    }
+}
+
+/// An image built offline from programs installed on the host.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostImage {
+    /// Programs looked up on the host's PATH; each is copied with its shared
+    /// libraries. Missing ones are skipped, except those in `require`.
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub require: Vec<String>,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Mount {
@@ -73,15 +102,27 @@ pub struct ReadyImage {
     pub programs: Option<Vec<String>>,
 }
 
-/// Where a sandbox's image comes from.
+/// Where a sandbox's image comes from, and who it is for (the invoking user,
+/// whose passwd entry it may already hold).
 #[derive(Debug, Clone)]
 pub enum ImageSource {
     /// Must already be in the engine.
-    Reference(String),
-    /// Built offline from host tools, cached by a key over those tools.
-    Host { template: String, spec: HostImage },
+    Reference { reference: String, identity: Identity },
+    /// Built offline from host tools found in `tool_dirs` (the user's PATH),
+    /// cached by a key over those tools.
+    Host { template: String, spec: HostImage, tool_dirs: Vec<PathBuf>, identity: Identity },
     /// Built from a Dockerfile, cached by a hash of the build context.
-    Build { template: String, context: image::BuildContext },
+    Build { template: String, context: image::BuildContext, identity: Identity },
+}
+
+impl ImageSource {
+    pub fn identity(&self) -> Identity {
+        match self {
+            ImageSource::Reference { identity, .. }
+            | ImageSource::Host { identity, .. }
+            | ImageSource::Build { identity, .. } => *identity,
+        }
+    }
 }
 
 /// A container's output since it started, held open: the engine ends it as soon
@@ -133,20 +174,78 @@ impl StartWatch {
     }
 }
 
+/// A container's state, as the engine reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Paused,
+    Restarting,
+    Removing,
+    Exited,
+    Dead,
+    /// A state this forage does not know (a newer engine's).
+    Unknown,
+}
+
+impl ContainerState {
+    pub fn parse(word: &str) -> ContainerState {
+        match word {
+            "created" => ContainerState::Created,
+            "running" => ContainerState::Running,
+            "paused" => ContainerState::Paused,
+            "restarting" => ContainerState::Restarting,
+            "removing" => ContainerState::Removing,
+            "exited" => ContainerState::Exited,
+            "dead" => ContainerState::Dead,
+            _ => ContainerState::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Paused => "paused",
+            ContainerState::Restarting => "restarting",
+            ContainerState::Removing => "removing",
+            ContainerState::Exited => "exited",
+            ContainerState::Dead => "dead",
+            ContainerState::Unknown => "unknown",
+        }
+    }
+
+    /// Its process has ended (its exit code means something).
+    pub fn has_ended(self) -> bool {
+        matches!(self, ContainerState::Exited | ContainerState::Dead)
+    }
+}
+
+impl std::fmt::Display for ContainerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ContainerState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// One forage container as `list` sees it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContainerSummary {
     pub name: String,
     pub sandbox: String,
-    /// Docker's state: created, running, paused, restarting, exited, dead.
-    pub state: String,
+    pub state: ContainerState,
 }
 
 /// What `status` shows of a container.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContainerDetails {
     pub id: String,
-    pub state: String,
+    pub state: ContainerState,
     pub exit_code: Option<i64>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -154,30 +253,98 @@ pub struct ContainerDetails {
     pub mounts: Vec<Mount>,
 }
 
-#[allow(async_fn_in_trait)]
-pub trait Runtime {
+/// Output of a process in a container, as it comes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Stdout(bytes::Bytes),
+    Stderr(bytes::Bytes),
+}
+
+pub type OutputStream = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Output>> + Send>>;
+
+/// How to run a command in a running container (`exec`, `shell`).
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Keep stdin open and forward it.
+    pub stdin: bool,
+    /// Allocate a terminal.
+    pub tty: bool,
+    pub identity: Identity,
+}
+
+/// Which process a `Session` is attached to, to resize its terminal or read
+/// its exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionId {
+    /// A command started by `exec`, by the engine's id for it.
+    Exec(String),
+    /// The container's main process (the agent), by the container's name.
+    Container(String),
+}
+
+/// A process attached to: its input, and its output as it comes. The caller
+/// (the CLI's terminal, or a server's socket) connects both ends.
+pub struct Session {
+    pub id: SessionId,
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    pub output: OutputStream,
+}
+
+/// The container engine, as the sandbox engine uses it. Every future is `Send`,
+/// so that a server can run many requests on a multi-threaded runtime.
+pub trait Runtime: Send + Sync + 'static {
+    /// Checks that the engine answers (connecting to it, if that was not done
+    /// yet): before a command changes anything it cannot finish without it.
+    fn ping(&self) -> impl Future<Output = Result<()>> + Send;
     /// Makes the image available and says how to create containers from it.
-    async fn ensure_image(&self, source: &ImageSource, progress: &dyn Progress) -> Result<ReadyImage>;
+    fn ensure_image(
+        &self,
+        source: &ImageSource,
+        progress: &dyn Progress,
+    ) -> impl Future<Output = Result<ReadyImage>> + Send;
     /// Creates (but does not start) the container, with the user's passwd/group
     /// entries and a writable HOME in place.
-    async fn create(&self, spec: &ContainerSpec) -> Result<()>;
-    async fn start(&self, name: &str) -> Result<()>;
+    fn create(&self, spec: &ContainerSpec) -> impl Future<Output = Result<()>> + Send;
+    fn start(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
     /// Stops the container; succeeds if it is already stopped or gone.
-    async fn stop(&self, name: &str, timeout_secs: u32) -> Result<()>;
-    /// Removes the container; succeeds if it is already gone.
-    async fn remove(&self, name: &str) -> Result<()>;
-    async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>>;
+    fn stop(&self, name: &str, timeout_secs: u32) -> impl Future<Output = Result<()>> + Send;
+    /// Removes the container; succeeds if it is already gone, and returns only
+    /// once it is (the caller then deletes what it mounted).
+    fn remove(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+    fn inspect(&self, name: &str) -> impl Future<Output = Result<Option<ContainerDetails>>> + Send;
     /// Runs a command in the running container as `identity`, in /workspace, with
-    /// the container's environment; returns its exit code and combined output.
-    async fn run_captured(&self, container: &str, command: Vec<String>, identity: Identity) -> Result<(i64, String)>;
+    /// the container's environment; returns its exit code and combined output
+    /// (the first 32 MiB of it).
+    fn run_captured(
+        &self,
+        container: &str,
+        command: Vec<String>,
+        identity: Identity,
+    ) -> impl Future<Output = Result<(i64, String)>> + Send;
     /// Makes a container from `spec`, runs its command to the end, removes it, and
     /// returns the exit code and output: for work on a sandbox's files after its
     /// own container is gone. A container of that name left by a killed forage is
     /// removed first.
-    async fn run_to_end(&self, spec: &ContainerSpec) -> Result<(i64, String)>;
+    fn run_to_end(&self, spec: &ContainerSpec) -> impl Future<Output = Result<(i64, String)>> + Send;
     /// Follows the (created, not yet started) container's output from its start
     /// on, to tell an agent that died at once from one that runs.
-    async fn watch(&self, container: &str) -> Result<StartWatch>;
+    fn watch(&self, container: &str) -> impl Future<Output = Result<StartWatch>> + Send;
     /// Every container labelled as belonging to `home`, in one Engine API call.
-    async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>>;
+    fn list(&self, home_label: &str) -> impl Future<Output = Result<Vec<ContainerSummary>>> + Send;
+    /// Starts `command` in the running container and attaches to it.
+    fn exec(
+        &self,
+        container: &str,
+        command: Vec<String>,
+        options: ExecOptions,
+    ) -> impl Future<Output = Result<Session>> + Send;
+    /// Attaches to the container's main process (detach keys as Docker's).
+    fn attach(&self, container: &str) -> impl Future<Output = Result<Session>> + Send;
+    /// Resizes the session's terminal.
+    fn resize(&self, session: &SessionId, rows: u16, cols: u16) -> impl Future<Output = Result<()>> + Send;
+    /// The session's exit code, once its process has ended.
+    fn exit_code(&self, session: &SessionId) -> impl Future<Output = Result<Option<i64>>> + Send;
+    /// The container's output so far (the last `tail` lines), and with `follow`
+    /// what it prints until it exits.
+    fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> OutputStream;
 }

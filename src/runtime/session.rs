@@ -1,100 +1,19 @@
-//! Interactive I/O with a running container: exec, attach and logs. The terminal
-//! is switched to raw mode only when a TTY is both requested and present.
-
-use std::io::IsTerminal;
-use std::os::fd::AsFd;
+//! Processes attached to a running container through the Engine API: `exec`,
+//! `attach` and `logs` as streams (`Session`), which the CLI connects to the
+//! terminal and a server would connect to a socket; and commands forage runs
+//! inside to read their output (`exec_captured`).
 
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecResults};
 use bollard::query_parameters::{AttachContainerOptions, LogsOptions, ResizeContainerTTYOptions};
-use futures_util::{Stream, StreamExt};
-use nix::sys::termios::{self, SetArg, Termios};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use futures_util::StreamExt;
 
 use super::docker::Docker;
-use super::{Identity, AGENT_HOME, WORKSPACE_TARGET};
+use super::{ExecOptions, Identity, Output, OutputStream, Session, SessionId, AGENT_HOME, WORKSPACE_TARGET};
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 
 /// Docker's own detach sequence, as users of `docker attach` know it.
 pub const DETACH_KEYS: &str = "ctrl-p,ctrl-q";
-
-pub struct ExecOptions {
-    pub interactive: bool,
-    pub tty: bool,
-    pub identity: Identity,
-}
-
-/// Puts the controlling terminal in raw mode until dropped.
-struct RawTerminal(Option<Termios>);
-
-impl RawTerminal {
-    fn enable(wanted: bool) -> Self {
-        if !wanted || !std::io::stdin().is_terminal() {
-            return RawTerminal(None);
-        }
-        let stdin = std::io::stdin();
-        let Ok(saved) = termios::tcgetattr(stdin.as_fd()) else {
-            return RawTerminal(None);
-        };
-        let mut raw = saved.clone();
-        termios::cfmakeraw(&mut raw);
-        if termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).is_err() {
-            return RawTerminal(None);
-        }
-        RawTerminal(Some(saved))
-    }
-}
-
-impl Drop for RawTerminal {
-    fn drop(&mut self) {
-        if let Some(saved) = &self.0 {
-            let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, saved);
-        }
-    }
-}
-
-fn terminal_size() -> Option<(u16, u16)> {
-    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCGWINSZ writes one winsize into the pointer we own.
-    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
-}
-
-fn not_running(container: &str, err: bollard::errors::Error) -> Error {
-    if is_docker_conflict(&err) {
-        Error::Conflict(format!(
-            "container {container} is not running; start it with `forage-ctl start {}`",
-            container.trim_start_matches("forage-")
-        ))
-    } else if is_docker_not_found(&err) {
-        Error::NotFound(format!("container {container} is gone; `forage-ctl down` cleans up what is left"))
-    } else {
-        Error::docker(format!("talking to container {container}"), err)
-    }
-}
-
-/// Copies the container's output to our stdout/stderr until the stream ends.
-async fn pump_output(
-    mut output: impl Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
-    container: &str,
-) -> Result<()> {
-    let mut stdout = tokio::io::stdout();
-    let mut stderr = tokio::io::stderr();
-    while let Some(chunk) = output.next().await {
-        let write = match chunk.map_err(|e| Error::docker(format!("reading from {container}"), e))? {
-            LogOutput::StdErr { message } => stderr.write_all(&message).await.and(stderr.flush().await),
-            LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                stdout.write_all(&message).await.and(stdout.flush().await)
-            }
-            LogOutput::StdIn { .. } => Ok(()),
-        };
-        // Our reader went away (e.g. `| head`): stop quietly, like other CLIs.
-        if write.is_err() {
-            break;
-        }
-    }
-    Ok(())
-}
 
 /// The most of a command's output forage keeps: what runs inside is the
 /// agent's to make print without end.
@@ -107,20 +26,41 @@ pub fn keep_bounded(kept: &mut Vec<u8>, bytes: &[u8]) {
     kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
 }
 
-/// Forwards our stdin to the container until stdin closes.
-fn spawn_stdin(mut input: std::pin::Pin<Box<dyn AsyncWrite + Send>>) {
-    tokio::spawn(async move {
-        let mut stdin = tokio::io::stdin();
-        let _ = tokio::io::copy(&mut stdin, &mut input).await;
-        let _ = input.shutdown().await;
-    });
+fn not_running(container: &str, err: bollard::errors::Error) -> Error {
+    let name = container.trim_start_matches("forage-");
+    if is_docker_conflict(&err) {
+        Error::conflict(format!("container {container} is not running"))
+            .hint_run("start it with {command}", ["start", name])
+    } else if is_docker_not_found(&err) {
+        Error::not_found(format!("container {container} is gone"))
+            .hint_run("{command} cleans up what is left", ["down", name])
+    } else {
+        Error::docker(format!("talking to container {container}"), err)
+    }
+}
+
+/// The engine's output chunks as forage's, errors named after the container.
+fn output(
+    stream: impl futures_util::Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Send + 'static,
+    container: &str,
+) -> OutputStream {
+    let container = container.to_owned();
+    Box::pin(stream.filter_map(move |chunk| {
+        let item = match chunk {
+            Ok(LogOutput::StdErr { message }) => Some(Ok(Output::Stderr(message))),
+            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => Some(Ok(Output::Stdout(message))),
+            Ok(LogOutput::StdIn { .. }) => None,
+            Err(e) => Some(Err(Error::docker(format!("reading from {container}"), e))),
+        };
+        std::future::ready(item)
+    }))
 }
 
 impl Docker {
-    /// Runs `cmd` in the container as the agent's user and returns its exit code.
-    pub async fn exec(&self, container: &str, cmd: Vec<String>, opts: ExecOptions) -> Result<i64> {
+    /// Starts `cmd` in the container as the agent's user and attaches to it.
+    pub(super) async fn exec_session(&self, container: &str, cmd: Vec<String>, opts: ExecOptions) -> Result<Session> {
         let create = CreateExecOptions {
-            attach_stdin: Some(opts.interactive),
+            attach_stdin: Some(opts.stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(opts.tty),
@@ -130,63 +70,20 @@ impl Docker {
             working_dir: Some(WORKSPACE_TARGET.into()),
             ..Default::default()
         };
-        let exec = self.api.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
-        let _raw = RawTerminal::enable(opts.tty && opts.interactive);
-        let start = StartExecOptions { detach: false, tty: opts.tty, output_capacity: None };
-        match self.api.start_exec(&exec.id, Some(start)).await.map_err(|e| not_running(container, e))? {
-            StartExecResults::Attached { output, input } => {
-                if opts.interactive {
-                    spawn_stdin(input);
-                }
-                if opts.tty {
-                    if let Some((height, width)) = terminal_size() {
-                        let _ = self.api.resize_exec(&exec.id, ResizeExecOptions { height, width }).await;
-                    }
-                }
-                pump_output(output, container).await?;
+        let exec = self.api().await?.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
+        let start = bollard::exec::StartExecOptions { detach: false, tty: opts.tty, output_capacity: None };
+        match self.api().await?.start_exec(&exec.id, Some(start)).await.map_err(|e| not_running(container, e))? {
+            StartExecResults::Attached { output: out, input } => {
+                Ok(Session { id: SessionId::Exec(exec.id), input, output: output(out, container) })
             }
-            StartExecResults::Detached => {}
-        }
-        let inspected = self
-            .api
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| Error::docker(format!("reading the exit code in {container}"), e))?;
-        Ok(inspected.exit_code.unwrap_or(-1))
-    }
-
-    /// Runs a command without a terminal and collects stdout and stderr together.
-    pub async fn exec_captured(&self, container: &str, cmd: Vec<String>, identity: Identity) -> Result<(i64, String)> {
-        let create = CreateExecOptions {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(cmd),
-            user: Some(format!("{}:{}", identity.uid, identity.gid)),
-            working_dir: Some(WORKSPACE_TARGET.into()),
-            ..Default::default()
-        };
-        let exec = self.api.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
-        let mut output = Vec::new();
-        if let StartExecResults::Attached { output: mut stream, .. } =
-            self.api.start_exec(&exec.id, None).await.map_err(|e| not_running(container, e))?
-        {
-            while let Some(chunk) = stream.next().await {
-                let bytes = chunk.map_err(|e| not_running(container, e))?.into_bytes();
-                keep_bounded(&mut output, &bytes);
+            StartExecResults::Detached => {
+                Err(Error::other(format!("the engine did not attach to the command in {container}")))
             }
         }
-        let output = String::from_utf8_lossy(&output).into_owned();
-        let inspected = self
-            .api
-            .inspect_exec(&exec.id)
-            .await
-            .map_err(|e| Error::docker(format!("reading the exit code in {container}"), e))?;
-        Ok((inspected.exit_code.unwrap_or(-1), output))
     }
 
-    /// Connects the terminal to the agent's TTY until the user detaches
-    /// (ctrl-p ctrl-q) or the agent exits.
-    pub async fn attach(&self, container: &str) -> Result<()> {
+    /// Attaches to the agent's TTY, detaching on ctrl-p ctrl-q.
+    pub(super) async fn attach_session(&self, container: &str) -> Result<Session> {
         let options = AttachContainerOptions {
             stdin: true,
             stdout: true,
@@ -195,19 +92,56 @@ impl Docker {
             logs: false,
             detach_keys: Some(DETACH_KEYS.into()),
         };
-        let attached =
-            self.api.attach_container(container, Some(options)).await.map_err(|e| not_running(container, e))?;
-        let _raw = RawTerminal::enable(true);
-        if let Some((h, w)) = terminal_size() {
-            let _ =
-                self.api.resize_container_tty(container, ResizeContainerTTYOptions { h: h.into(), w: w.into() }).await;
-        }
-        spawn_stdin(attached.input);
-        pump_output(attached.output, container).await
+        let attached = self
+            .api()
+            .await?
+            .attach_container(container, Some(options))
+            .await
+            .map_err(|e| not_running(container, e))?;
+        Ok(Session {
+            id: SessionId::Container(container.to_owned()),
+            input: attached.input,
+            output: output(attached.output, container),
+        })
     }
 
-    /// Prints the agent's output; with `follow`, keeps printing until it exits.
-    pub async fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> Result<()> {
+    pub(super) async fn resize_session(&self, session: &SessionId, rows: u16, cols: u16) -> Result<()> {
+        match session {
+            SessionId::Exec(id) => self
+                .api()
+                .await?
+                .resize_exec(id, ResizeExecOptions { height: rows, width: cols })
+                .await
+                .map_err(|e| Error::docker("resizing the terminal", e)),
+            SessionId::Container(name) => self
+                .api()
+                .await?
+                .resize_container_tty(name, ResizeContainerTTYOptions { h: rows.into(), w: cols.into() })
+                .await
+                .map_err(|e| Error::docker("resizing the terminal", e)),
+        }
+    }
+
+    pub(super) async fn session_exit_code(&self, session: &SessionId) -> Result<Option<i64>> {
+        match session {
+            SessionId::Exec(id) => {
+                let inspected = self
+                    .api()
+                    .await?
+                    .inspect_exec(id)
+                    .await
+                    .map_err(|e| Error::docker("reading the command's exit code", e))?;
+                Ok(inspected.exit_code)
+            }
+            SessionId::Container(name) => {
+                use super::Runtime;
+                Ok(self.inspect(name).await?.filter(|c| c.state.has_ended()).and_then(|c| c.exit_code))
+            }
+        }
+    }
+
+    /// The agent's output; with `follow`, until it exits.
+    pub(super) fn logs_stream(&self, container: &str, follow: bool, tail: Option<u64>) -> OutputStream {
         let options = LogsOptions {
             follow,
             stdout: true,
@@ -215,7 +149,50 @@ impl Docker {
             tail: tail.map(|n| n.to_string()).unwrap_or_else(|| "all".into()),
             ..Default::default()
         };
-        let stream = self.api.logs(container, Some(options));
-        pump_output(Box::pin(stream), container).await
+        let this = self.clone();
+        let name = container.to_owned();
+        let stream = futures_util::stream::once(async move {
+            match this.api().await {
+                Ok(api) => output(api.logs(&name, Some(options)), &name),
+                Err(e) => Box::pin(futures_util::stream::once(async move { Err(e) })),
+            }
+        })
+        .flatten();
+        Box::pin(stream)
+    }
+
+    /// Runs a command without a terminal and collects stdout and stderr together.
+    pub(super) async fn exec_captured(
+        &self,
+        container: &str,
+        cmd: Vec<String>,
+        identity: Identity,
+    ) -> Result<(i64, String)> {
+        let create = CreateExecOptions {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(cmd),
+            user: Some(format!("{}:{}", identity.uid, identity.gid)),
+            working_dir: Some(WORKSPACE_TARGET.into()),
+            ..Default::default()
+        };
+        let exec = self.api().await?.create_exec(container, create).await.map_err(|e| not_running(container, e))?;
+        let mut output = Vec::new();
+        if let StartExecResults::Attached { output: mut stream, .. } =
+            self.api().await?.start_exec(&exec.id, None).await.map_err(|e| not_running(container, e))?
+        {
+            while let Some(chunk) = stream.next().await {
+                let bytes = chunk.map_err(|e| not_running(container, e))?.into_bytes();
+                keep_bounded(&mut output, &bytes);
+            }
+        }
+        let output = String::from_utf8_lossy(&output).into_owned();
+        let inspected = self
+            .api()
+            .await?
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(|e| Error::docker(format!("reading the exit code in {container}"), e))?;
+        Ok((inspected.exit_code.unwrap_or(-1), output))
     }
 }

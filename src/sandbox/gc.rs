@@ -36,6 +36,20 @@ pub enum Kind {
     StaleTempFile,
 }
 
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::BrokenSandbox => "broken-sandbox",
+            Kind::MissingContainer => "missing-container",
+            Kind::OrphanContainer => "orphan-container",
+            Kind::OrphanWorkspace => "orphan-workspace",
+            Kind::UnreadableRecord => "unreadable-record",
+            Kind::StaleLock => "stale-lock",
+            Kind::StaleTempFile => "stale-temp-file",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub kind: Kind,
@@ -50,32 +64,66 @@ pub struct Finding {
     pub error: Option<String>,
 }
 
-impl<R: Runtime> Engine<'_, R> {
-    pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
-        let mut findings = Vec::new();
-        // What counts as an orphan is judged against the records as they were
-        // when gc started, so that `--force` acts on exactly the findings a dry
-        // run lists (removing a broken sandbox must not make its container look
-        // like an orphan a moment later).
-        let (records, bad) = self.home.load_all()?;
-        let had_record =
-            |name: &SandboxName| records.iter().any(|r| &r.name == name) || bad.iter().any(|b| &b.name == name);
-        let containers = self.runtime.list(&self.home.label()).await?;
+impl Finding {
+    fn new(kind: Kind, subject: impl Into<String>, why: impl Into<String>, action: impl Into<String>) -> Finding {
+        Finding { kind, subject: subject.into(), why: why.into(), action: action.into(), error: None }
+    }
 
-        for b in &bad {
-            findings.push(Finding {
-                kind: Kind::UnreadableRecord,
-                subject: b.path.display().to_string(),
-                why: format!("{}: {}", b.problem.word(), b.detail),
-                action: "nothing: forage cannot tell what it describes; inspect it and move it aside by hand".into(),
-                error: None,
-            });
+    /// With `force`, does `action` and records how it went.
+    async fn act(mut self, force: bool, action: impl std::future::Future<Output = Result<()>>) -> Finding {
+        if force {
+            self.error = action.await.err().map(|e| e.to_string());
         }
+        self
+    }
+}
 
-        for record in &records {
+/// The records and containers as they were when `gc` started. What counts as
+/// an orphan is judged against them, so that `--force` acts on exactly the
+/// findings a dry run lists (removing a broken sandbox must not make its
+/// container look like an orphan a moment later).
+struct Seen {
+    records: Vec<Record>,
+    bad: Vec<crate::store::BadRecord>,
+    containers: Vec<crate::runtime::ContainerSummary>,
+}
+
+impl Seen {
+    fn had_record(&self, name: &SandboxName) -> bool {
+        self.records.iter().any(|r| &r.name == name) || self.bad.iter().any(|b| &b.name == name)
+    }
+}
+
+impl<R: Runtime> Engine<R> {
+    pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
+        let (records, bad) = self.home.load_all()?;
+        let seen = Seen { records, bad, containers: self.runtime.list(&self.home.label()).await? };
+        let mut findings: Vec<Finding> = seen
+            .bad
+            .iter()
+            .map(|b| {
+                Finding::new(
+                    Kind::UnreadableRecord,
+                    b.path.display().to_string(),
+                    format!("{}: {}", b.problem.word(), b.detail),
+                    "nothing: forage cannot tell what it describes; inspect it and move it aside by hand",
+                )
+            })
+            .collect();
+        findings.extend(self.broken_sandboxes(&seen, force).await?);
+        findings.extend(self.orphan_containers(&seen, force).await?);
+        findings.extend(self.orphan_workspaces(&seen, force).await?);
+        findings.extend(self.stale_files(force).await?);
+        Ok(findings)
+    }
+
+    /// Sandboxes whose `up` or `down` stopped half way, or whose container went.
+    async fn broken_sandboxes(&self, seen: &Seen, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        for record in &seen.records {
             // A sandbox whose lock is held is being worked on right now.
-            let Some(lock) = self.home.try_lock_sandbox(&record.name)? else { continue };
-            let has_container = containers.iter().any(|c| c.sandbox == record.name.as_str());
+            let Some(_lock) = self.home.try_lock_sandbox(&record.name)? else { continue };
+            let has_container = seen.containers.iter().any(|c| c.sandbox == record.name.as_str());
             let (kind, why) = match record.state {
                 RecordState::Creating => (Kind::BrokenSandbox, "its `up` stopped half way".to_owned()),
                 RecordState::Removing => (Kind::BrokenSandbox, "its `down` stopped half way".to_owned()),
@@ -84,55 +132,52 @@ impl<R: Runtime> Engine<'_, R> {
                 }
                 RecordState::Ready => continue,
             };
-            let mut finding = Finding {
+            let how = Teardown { graceful: false, keep_branch: false, discard: false };
+            let finding = Finding::new(
                 kind,
-                subject: record.name.to_string(),
+                record.name.to_string(),
                 why,
-                action: "remove what is left of it, archiving any work, as `down` does".into(),
-                error: None,
-            };
-            if force {
-                let how = Teardown { graceful: false, keep_branch: false, discard: false };
-                finding.error = self.teardown(record, how).await.err().map(|e| e.to_string());
-            }
-            drop(lock);
-            findings.push(finding);
+                "remove what is left of it, archiving any work, as `down` does",
+            );
+            findings.push(finding.act(force, async { self.teardown(record, how).await.map(|_| ()) }).await);
         }
+        Ok(findings)
+    }
 
-        // Orphans are judged under the sandbox's lock, which `up` takes before its
-        // record exists, so a sandbox being made right now is never taken for one.
-        for c in &containers {
+    /// Containers labelled with this FORAGE_HOME that no record owns, judged
+    /// under the sandbox's lock (which `up` takes before its record exists, so a
+    /// sandbox being made right now is never taken for one).
+    async fn orphan_containers(&self, seen: &Seen, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        for c in &seen.containers {
             let Ok(name) = SandboxName::parse(&c.sandbox) else { continue };
-            if had_record(&name) {
+            if seen.had_record(&name) {
                 continue;
             }
             let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
             if self.home.record_exists(&name) {
                 continue;
             }
-            let mut finding = Finding {
-                kind: Kind::OrphanContainer,
-                subject: c.name.clone(),
-                why: format!("labelled as sandbox {} of this FORAGE_HOME, which has no record", c.sandbox),
-                action: "remove the container".into(),
-                error: None,
-            };
-            if force {
-                finding.error = self.runtime.remove(&c.name).await.err().map(|e| e.to_string());
-            }
-            findings.push(finding);
+            let why = format!("labelled as sandbox {} of this FORAGE_HOME, which has no record", c.sandbox);
+            let finding = Finding::new(Kind::OrphanContainer, c.name.clone(), why, "remove the container");
+            findings.push(finding.act(force, self.runtime.remove(&c.name)).await);
         }
+        Ok(findings)
+    }
 
-        // Workspaces live at workspaces/<name>, private repositories at private/<name>.
-        let mut orphan_names: Vec<SandboxName> = list_dir(&self.home.workspaces_dir())
+    /// Workspaces (workspaces/<name>) and private repositories (private/<name>)
+    /// no record owns.
+    async fn orphan_workspaces(&self, seen: &Seen, force: bool) -> Result<Vec<Finding>> {
+        let mut names: Vec<SandboxName> = list_dir(&self.home.workspaces_dir())
             .into_iter()
             .chain(list_dir(&self.home.private_dir()))
             .filter_map(|d| d.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()))
             .collect();
-        orphan_names.sort();
-        orphan_names.dedup();
-        for name in orphan_names {
-            if had_record(&name) {
+        names.sort();
+        names.dedup();
+        let mut findings = Vec::new();
+        for name in names {
+            if seen.had_record(&name) {
                 continue;
             }
             let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
@@ -141,32 +186,28 @@ impl<R: Runtime> Engine<'_, R> {
             }
             findings.push(self.orphan_workspace(&name, force).await);
         }
+        Ok(findings)
+    }
 
+    /// Lock files no process holds, and records half written, by killed commands.
+    async fn stale_files(&self, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
         for path in self.home.stale_locks()? {
-            let mut finding = Finding {
-                kind: Kind::StaleLock,
-                subject: path.display().to_string(),
-                why: "no process holds it".into(),
-                action: "remove the file".into(),
-                error: None,
-            };
-            if force {
-                finding.error = self.home.remove_stale_lock(&path).err().map(|e| e.to_string());
-            }
-            findings.push(finding);
+            let finding =
+                Finding::new(Kind::StaleLock, path.display().to_string(), "no process holds it", "remove the file");
+            findings.push(finding.act(force, async { self.home.remove_stale_lock(&path) }).await);
         }
         for path in self.home.stale_temp_files() {
-            let mut finding = Finding {
-                kind: Kind::StaleTempFile,
-                subject: path.display().to_string(),
-                why: "a record write that never finished".into(),
-                action: "remove the file".into(),
-                error: None,
+            let finding = Finding::new(
+                Kind::StaleTempFile,
+                path.display().to_string(),
+                "a record write that never finished",
+                "remove the file",
+            );
+            let remove = async {
+                std::fs::remove_file(&path).map_err(|e| Error::other(format!("removing {}: {e}", path.display())))
             };
-            if force {
-                finding.error = std::fs::remove_file(&path).err().map(|e| e.to_string());
-            }
-            findings.push(finding);
+            findings.push(finding.act(force, remove).await);
         }
         Ok(findings)
     }
@@ -186,56 +227,53 @@ impl<R: Runtime> Engine<'_, R> {
             || private.join("jj/repo").exists();
         let subject: Vec<String> =
             [&dir, &private].iter().filter(|p| p.exists()).map(|p| p.display().to_string()).collect();
-        let mut finding = Finding {
-            kind: Kind::OrphanWorkspace,
-            subject: subject.join(" and "),
-            why: "no sandbox record owns it".into(),
-            action: match &sidecar {
-                Some(WorkspaceRecord::GitWorktree(w)) => {
-                    format!("archive its work, then remove worktree {} and branch {} of {}", w.worktree_id, w.branch, w.repo.display())
-                }
-                Some(ws) => format!("archive its work, then remove its {} workspace", ws.mode()),
-                None if holds_repo => {
-                    "nothing: it holds a repository forage cannot trace back (made by an older or another forage?); inspect it and remove it by hand".into()
-                }
-                None => "remove it (it holds no repository, so no history)".into(),
-            },
-            error: None,
-        };
-        if !force {
-            return finding;
-        }
-        let result = match sidecar {
-            Some(workspace) => {
-                let journal = match &workspace {
-                    WorkspaceRecord::GitWorktree(_) => vec![Step::GitBranch, Step::GitWorktree, Step::PrivateRepo],
-                    WorkspaceRecord::Jj(_) => vec![Step::PrivateRepo, Step::JjWorkspace],
-                    WorkspaceRecord::Direct { .. } => vec![Step::PrivateRepo],
-                };
-                let record = Record {
-                    version: RECORD_VERSION,
-                    name: name.clone(),
-                    state: RecordState::Removing,
-                    created_at: super::now(),
-                    template: DEFAULT_TEMPLATE.into(),
-                    image: String::new(),
-                    container: name.container(),
-                    workspace,
-                    stop_timeout: 0,
-                    init: Vec::new(),
-                    options: Default::default(),
-                    journal,
-                };
-                let how = Teardown { graceful: false, keep_branch: false, discard: false };
-                self.teardown(&record, how).await.map(|_| ())
+        let action = match &sidecar {
+            Some(WorkspaceRecord::GitWorktree(w)) => {
+                format!("archive its work, then remove worktree {} and branch {} of {}", w.worktree_id, w.branch, w.repo.display())
             }
-            None if holds_repo => return finding,
-            None => remove_created_dir(&dir, &self.home.workspaces_dir())
-                .and_then(|()| remove_created_dir(&private, &self.home.private_dir()))
-                .map_err(Error::other),
+            Some(ws) => format!("archive its work, then remove its {} workspace", ws.mode()),
+            None if holds_repo => {
+                "nothing: it holds a repository forage cannot trace back (made by an older or another forage?); inspect it and remove it by hand".into()
+            }
+            None => "remove it (it holds no repository, so no history)".into(),
         };
-        finding.error = result.err().map(|e| e.to_string());
-        finding
+        let finding = Finding::new(Kind::OrphanWorkspace, subject.join(" and "), "no sandbox record owns it", action);
+        match sidecar {
+            Some(workspace) => {
+                let record = orphan_record(name, workspace);
+                let how = Teardown { graceful: false, keep_branch: false, discard: false };
+                finding.act(force, async { self.teardown(&record, how).await.map(|_| ()) }).await
+            }
+            None if holds_repo => finding,
+            None => {
+                let remove = async {
+                    remove_created_dir(&dir, &self.home.workspaces_dir())
+                        .and_then(|()| remove_created_dir(&private, &self.home.private_dir()))
+                        .map_err(Error::other)
+                };
+                finding.act(force, remove).await
+            }
+        }
+    }
+}
+
+/// A record for a workspace whose own is gone, from what its sidecar says `up`
+/// made: a teardown of it removes exactly that.
+fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
+    let journal = workspace.get().parts().iter().map(|p| Step::of(*p)).collect();
+    Record {
+        version: RECORD_VERSION,
+        name: name.clone(),
+        state: RecordState::Removing,
+        created_at: super::now(),
+        template: DEFAULT_TEMPLATE.into(),
+        image: String::new(),
+        container: name.container(),
+        workspace,
+        stop_timeout: 0,
+        init: Vec::new(),
+        options: Default::default(),
+        journal,
     }
 }
 

@@ -3,10 +3,7 @@
 //! secrets to the agent process only. The script names secret *files*, never
 //! values, so nothing secret reaches the container's configuration, argv or logs.
 
-/// Written (by `init`, through exec) once the init commands have all succeeded.
-pub const INIT_DONE_MARKER: &str = "/tmp/.forage-init-done";
-/// Where each secret file is mounted, read-only.
-pub const SECRETS_DIR: &str = "/run/secrets";
+use crate::inside::{INIT_DONE_MARKER, SECRETS_DIR};
 
 /// Wraps `command` in a POSIX sh launcher, or returns it unchanged when nothing
 /// needs doing. `secret_env` is (VAR, secret name); both are validated names, so

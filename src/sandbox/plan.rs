@@ -1,106 +1,117 @@
-//! Planning a sandbox's container: the validated `up` request, everything about
-//! it that can be checked without Docker (image source, secrets, mounts, limits),
-//! and the container spec that `up` and `reset` both create.
+//! Planning a sandbox's container from its template and what `up` was asked on
+//! top: everything checked once, here, into a `ContainerPlan` that `up` and
+//! `reset` build their container spec from without checking again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use super::launcher;
+use crate::env::Settings;
 use crate::error::{Error, Result};
-use crate::host_paths::Exposure;
+use crate::host_paths::{Exposure, Guard};
+use crate::inside;
 use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
 use crate::runtime::image::BuildContext;
-use crate::runtime::{ContainerSpec, Identity, ImageSource, Mount, ReadyImage, AGENT_HOME};
+use crate::runtime::{ContainerSpec, Identity, ImageSource, Mount, Network, ReadyImage};
 use crate::store::Home;
-use crate::template::{self, Network};
-use crate::workspace::{git, WorkspaceRecord, WorkspaceRequest};
+use crate::template::{self, ImageSpec};
+use crate::workspace::{git, WorkspaceRecord};
 
-/// A fully validated `up`.
+pub use crate::record::{SecretFile, UpOptions};
+
+/// Everything about a sandbox's container that the template and the options
+/// decide, each checked: made once per `up` (and per `reset`, from the template
+/// as it is then).
 #[derive(Debug, Clone)]
-pub struct UpRequest {
-    pub name: SandboxName,
-    pub template: template::Resolved,
-    pub workspace: WorkspaceRequest,
-    pub options: UpOptions,
-    pub start: bool,
+pub struct ContainerPlan {
+    pub(crate) image: ImageSource,
+    pub(crate) memory_bytes: i64,
+    pub(crate) nano_cpus: i64,
+    /// (VAR, secret name) for each secret the template exports to the agent.
+    pub(crate) secret_env: Vec<(String, String)>,
+    /// The template's mounts and the secret files, sources resolved and checked.
+    pub(crate) mounts: Vec<Mount>,
+    pub(crate) network: Network,
+    pub(crate) read_only: bool,
 }
 
-impl UpRequest {
-    /// The template as it is: no overrides, started, no secrets.
-    pub fn new(name: SandboxName, template: template::Resolved, workspace: WorkspaceRequest) -> Self {
-        UpRequest { name, template, workspace, options: UpOptions::default(), start: true }
+impl ContainerPlan {
+    /// Checks the template and options against the host; `guard` knows which
+    /// host paths no sandbox may see.
+    pub fn new(
+        template: &template::Resolved,
+        options: &UpOptions,
+        guard: &Guard,
+        settings: &Settings,
+        identity: Identity,
+    ) -> Result<ContainerPlan> {
+        let t = &template.template;
+        let cpus = options.cpus.unwrap_or(t.resources.cpus);
+        if cpus.is_nan() || cpus <= 0.0 {
+            return Err(Error::usage(format!("--cpus must be above 0, not {cpus}")));
+        }
+        let memory = options.memory.unwrap_or(t.resources.memory);
+        let mut mounts = template_mounts(template, options, guard, settings)?;
+        for s in &options.secrets {
+            mounts.push(Mount {
+                source: s.path.clone(),
+                target: format!("{}/{}", inside::SECRETS_DIR, s.name),
+                read_only: true,
+            });
+        }
+        Ok(ContainerPlan {
+            image: image_source(template, options, settings, identity)?,
+            memory_bytes: memory.bytes(),
+            nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
+            secret_env: secret_env(template, options)?,
+            mounts,
+            network: options.network.unwrap_or(t.network),
+            read_only: options.read_only || t.workspace.read_only,
+        })
     }
-}
-
-/// What `up` was asked on top of the template. The record keeps it, so that
-/// `reset` makes the same container again from the (possibly edited) template.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct UpOptions {
-    /// `--image`, instead of the template's.
-    #[serde(default)]
-    pub image: Option<String>,
-    /// `--env KEY=VALUE`: plain settings, visible to `docker inspect` like the
-    /// template's own `agent.env` (secrets go through `--secret`).
-    #[serde(default)]
-    pub env: Vec<(String, String)>,
-    #[serde(default)]
-    pub network: Option<Network>,
-    #[serde(default)]
-    pub memory: Option<String>,
-    #[serde(default)]
-    pub cpus: Option<f64>,
-    #[serde(default)]
-    pub read_only: bool,
-    /// `--allow-home`: a workspace or mount may be (or hold) the user's home.
-    #[serde(default)]
-    pub allow_home: bool,
-    /// Arguments after `--`, appended to the template's agent command.
-    #[serde(default)]
-    pub agent_args: Vec<String>,
-    /// `--secret NAME=FILE`, each file checked readable. Only the paths are kept.
-    #[serde(default)]
-    pub secrets: Vec<SecretFile>,
-}
-
-/// A secret given on the command line: a name and the file holding its value.
-/// forage never reads the value; it mounts the file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SecretFile {
-    pub name: String,
-    pub path: PathBuf,
 }
 
 /// Where the image comes from: `--image`, else the template's image, build or host tools.
-pub(crate) fn image_source(template: &template::Resolved, options: &UpOptions) -> Result<ImageSource> {
-    let t = &template.template;
+fn image_source(
+    template: &template::Resolved,
+    options: &UpOptions,
+    settings: &Settings,
+    identity: Identity,
+) -> Result<ImageSource> {
     let name = template.name.clone();
-    if let Some(image) = options.image.clone().or_else(|| t.image.clone()) {
-        return Ok(ImageSource::Reference(image));
+    if let Some(reference) = &options.image {
+        template::check_image_reference(reference).map_err(|why| Error::usage(format!("--image: {why}")))?;
+        return Ok(ImageSource::Reference { reference: reference.clone(), identity });
     }
-    if let Some(spec) = &t.host_image {
-        return Ok(ImageSource::Host { template: name, spec: spec.clone() });
-    }
-    let build = t.build.as_ref().expect("templates are validated to name an image source");
-    let context = match (template.dir(), template.builtin_dockerfile) {
-        (_, Some(dockerfile)) => BuildContext::Embedded { dockerfile },
-        (Some(dir), None) => BuildContext::Dir { dir: dir.join(&build.context), dockerfile: build.dockerfile.clone() },
-        (None, None) => return Err(Error::other(format!("template {name} has `build` but no directory to build in"))),
-    };
-    Ok(ImageSource::Build { template: name, context })
+    Ok(match &template.template.image {
+        ImageSpec::Reference(reference) => ImageSource::Reference { reference: reference.clone(), identity },
+        ImageSpec::Host(spec) => {
+            ImageSource::Host { template: name, spec: spec.clone(), tool_dirs: settings.path.clone(), identity }
+        }
+        ImageSpec::Build(build) => {
+            let context = match (template.dir(), template.builtin_dockerfile) {
+                (_, Some(dockerfile)) => BuildContext::Embedded { dockerfile },
+                (Some(dir), None) => {
+                    BuildContext::Dir { dir: dir.join(&build.context), dockerfile: build.dockerfile.clone() }
+                }
+                (None, None) => {
+                    return Err(Error::other(format!("template {name} has `build` but no directory to build in")))
+                }
+            };
+            ImageSource::Build { template: name, context, identity }
+        }
+    })
 }
 
 /// The agent's secret environment: (VAR, secret name) for each secret the template
 /// asks for, all of which must have been given.
-pub(crate) fn secret_env(template: &template::Resolved, options: &UpOptions) -> Result<Vec<(String, String)>> {
-    let t = template;
+fn secret_env(template: &template::Resolved, options: &UpOptions) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
-    for (var, secret) in &t.template.agent.secrets {
+    for (var, secret) in &template.template.agent.secrets {
         if !options.secrets.iter().any(|s| &s.name == secret) {
-            return Err(Error::Usage(format!(
+            return Err(Error::usage(format!(
                 "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value",
-                t.name
+                template.name
             )));
         }
         out.push((var.clone(), secret.clone()));
@@ -108,34 +119,19 @@ pub(crate) fn secret_env(template: &template::Resolved, options: &UpOptions) -> 
     Ok(out)
 }
 
-/// Everything about an `up` that can be checked without Docker: the image source,
-/// the secrets the template needs, the mounts. `up` runs it again itself.
-/// `forage_home` is FORAGE_HOME, which no mount may expose.
-pub fn preflight(req: &UpRequest, forage_home: &Path) -> Result<()> {
-    image_source(&req.template, &req.options)?;
-    secret_env(&req.template, &req.options)?;
-    extra_mounts(&req.template, &req.options, forage_home)?;
-    let workspace = match &req.workspace {
-        WorkspaceRequest::Direct(_) => return Ok(()),
-        WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
-        WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
-    };
-    workspace.check_host_paths(forage_home)
-}
-
-/// The template's extra mounts (sources resolved and checked) and one read-only
-/// mount per secret file at /run/secrets/<name>.
-pub(crate) fn extra_mounts(
+/// The template's extra mounts, sources resolved and checked against `guard`.
+fn template_mounts(
     template: &template::Resolved,
     options: &UpOptions,
-    forage_home: &Path,
+    guard: &Guard,
+    settings: &Settings,
 ) -> Result<Vec<Mount>> {
     let mut mounts = Vec::new();
     for m in &template.template.mounts {
-        let source = if let Some(rest) = m.source.strip_prefix("~/") {
-            let home = std::env::var_os("HOME")
-                .ok_or_else(|| Error::Usage("HOME is not set, so `~/` in a mount cannot be resolved".into()))?;
-            PathBuf::from(home).join(rest)
+        let source = if m.source.starts_with("~/") {
+            settings
+                .expand_tilde(&m.source)
+                .ok_or_else(|| Error::usage("HOME is not set, so `~/` in a mount cannot be resolved"))?
         } else if m.source.starts_with('/') {
             PathBuf::from(&m.source)
         } else {
@@ -145,22 +141,22 @@ pub(crate) fn extra_mounts(
             }
         };
         let source = source.canonicalize().map_err(|e| {
-            Error::Usage(format!(
+            Error::usage(format!(
                 "template {} mounts {} ({e}); create it or remove the mount from the template",
                 template.name,
                 source.display()
             ))
         })?;
         let exposure = if m.read_only { Exposure::ReadOnly } else { Exposure::Writable };
-        if let Some(why) = crate::host_paths::refusal(&source, Some(forage_home), exposure) {
-            return Err(Error::Usage(format!(
+        if let Some(why) = guard.refusal(&source, exposure) {
+            return Err(Error::usage(format!(
                 "template {} mounts {}, which forage never hands an agent: {why}; remove the mount from the template",
                 template.name,
                 source.display()
             )));
         }
-        if crate::host_paths::exposes_user_home(&source) && !options.allow_home {
-            return Err(Error::Usage(format!(
+        if guard.exposes_user_home(&source) && !options.allow_home {
+            return Err(Error::usage(format!(
                 "template {} mounts {}, which is (or holds) your home directory; mount only what the agent needs, or pass --allow-home if you mean it",
                 template.name,
                 source.display()
@@ -168,26 +164,7 @@ pub(crate) fn extra_mounts(
         }
         mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
     }
-    for s in &options.secrets {
-        mounts.push(Mount {
-            source: s.path.clone(),
-            target: format!("{}/{}", launcher::SECRETS_DIR, s.name),
-            read_only: true,
-        });
-    }
     Ok(mounts)
-}
-
-/// The memory limit in bytes and the CPU limit in cores: the options', else the template's.
-pub(crate) fn limits(template: &template::Resolved, options: &UpOptions) -> Result<(i64, f64)> {
-    let t = &template.template;
-    let memory = options.memory.as_deref().unwrap_or(&t.resources.memory);
-    let memory_bytes = template::parse_memory(memory).map_err(Error::Usage)?;
-    let cpus = options.cpus.unwrap_or(t.resources.cpus);
-    if cpus.is_nan() || cpus <= 0.0 {
-        return Err(Error::Usage(format!("--cpus must be above 0, not {cpus}")));
-    }
-    Ok((memory_bytes, cpus))
 }
 
 /// The secret files `up` was given, still readable: `reset` mounts them again.
@@ -196,7 +173,7 @@ pub(crate) fn check_secret_files(options: &UpOptions) -> Result<()> {
         let readable = std::fs::File::open(&s.path).and_then(|f| f.metadata()).map(|m| m.is_file());
         if !matches!(readable, Ok(true)) {
             let why = readable.err().map(|e| format!(" ({e})")).unwrap_or_default();
-            return Err(Error::Usage(format!(
+            return Err(Error::usage(format!(
                 "secret file {} (for {}), given to `up`, cannot be read any more{why}; put it back, or remove the sandbox and `up` it again with another --secret",
                 s.path.display(),
                 s.name
@@ -206,22 +183,24 @@ pub(crate) fn check_secret_files(options: &UpOptions) -> Result<()> {
     Ok(())
 }
 
-/// Everything the sandbox's container is made from: the template, what `up` was
-/// asked on top, and the workspace. The workspace's mounts are not in it: they can
-/// only be worked out once the workspace exists, and come first.
+/// Everything the sandbox's container is made from: the plan, and the
+/// workspace. The workspace's own mounts are not in it: they can only be worked
+/// out once the workspace exists, and come first (`with_workspace_mounts`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn container_spec(
     name: &SandboxName,
     template: &template::Resolved,
     options: &UpOptions,
+    plan: &ContainerPlan,
     workspace: &WorkspaceRecord,
     image: ReadyImage,
     home: &Home,
-) -> Result<ContainerSpec> {
+    identity: Identity,
+) -> ContainerSpec {
     let t = &template.template;
-    let (memory_bytes, cpus) = limits(template, options)?;
     let mut command = t.agent.command.clone();
     command.extend(options.agent_args.iter().cloned());
-    let command = launcher::wrap(command, &secret_env(template, options)?, !t.init.is_empty());
+    let command = launcher::wrap(command, &plan.secret_env, !t.init.is_empty());
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match workspace {
         WorkspaceRecord::GitWorktree(g) => env.extend(git::identity_env(&g.repo)),
@@ -230,7 +209,7 @@ pub(crate) fn container_spec(
     }
     env.extend(t.agent.env.clone());
     env.extend(options.env.iter().cloned());
-    env.entry("HOME".into()).or_insert_with(|| AGENT_HOME.into());
+    env.entry("HOME".into()).or_insert_with(|| inside::AGENT_HOME.into());
     env.entry("TERM".into()).or_insert_with(|| "xterm-256color".into());
     env.insert("FORAGE_SANDBOX".into(), name.to_string());
     let labels = HashMap::from([
@@ -240,24 +219,42 @@ pub(crate) fn container_spec(
         (LABEL_TEMPLATE.to_string(), template.name.clone()),
         (LABEL_WORKSPACE.to_string(), workspace.host_path().display().to_string()),
     ]);
-    Ok(ContainerSpec {
+    ContainerSpec {
         name: name.container(),
         program: t.agent.command.first().cloned().unwrap_or_default(),
         image,
         labels,
         command,
         env: env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
-        identity: Identity::current(),
-        mounts: extra_mounts(template, options, home.root())?,
-        memory_bytes,
-        nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
+        identity,
+        mounts: plan.mounts.clone(),
+        memory_bytes: plan.memory_bytes,
+        nano_cpus: plan.nano_cpus,
         pids: t.resources.pids,
-        network: options.network.unwrap_or(t.network),
-        stop_signal: t.stop_signal.clone(),
+        network: plan.network,
+        stop_signal: t.stop_signal.as_str().to_owned(),
         stop_timeout: t.stop_timeout,
-    })
+    }
+}
+
+/// `spec` with the workspace's mounts before the plan's.
+pub(crate) fn with_workspace_mounts(
+    mut spec: ContainerSpec,
+    workspace: &WorkspaceRecord,
+    read_only: bool,
+    guard: &Guard,
+) -> ContainerSpec {
+    let mut mounts = workspace.mounts(read_only, guard);
+    mounts.append(&mut spec.mounts);
+    spec.mounts = mounts;
+    spec
 }
 
 fn host_cpus() -> f64 {
     std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0)
+}
+
+/// FORAGE_HOME, as the guard needs it.
+pub(crate) fn guard(home: &Home, settings: &Settings) -> Guard {
+    Guard::new(settings, Some(home.root()))
 }

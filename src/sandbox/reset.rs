@@ -2,16 +2,15 @@
 //! template is now, with the options `up` was given. The workspace (directory,
 //! worktree and branch, or jj workspace) is not touched, so no work can be lost.
 
-use super::plan::{check_secret_files, container_spec, extra_mounts, image_source, limits, secret_env};
+use super::plan::{check_secret_files, container_spec, guard, with_workspace_mounts, ContainerPlan};
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
+use crate::record::{Record, RecordState};
 use crate::runtime::Runtime;
-use crate::store::{Record, RecordState};
 use crate::template;
-use crate::workspace::WorkspaceRecord;
 
-impl<R: Runtime> Engine<'_, R> {
+impl<R: Runtime> Engine<R> {
     /// Replaces the sandbox's container. Everything that can be refused (the
     /// template, its secrets and mounts, the image) is settled while the old
     /// container still runs; only then is it swapped. A failure after the swap
@@ -27,37 +26,28 @@ impl<R: Runtime> Engine<'_, R> {
         let _lock = self.lock_sandbox(name).await?;
         let mut record = self.record(name)?;
         if record.state != RecordState::Ready {
-            return Err(Error::Conflict(format!(
-                "sandbox {name} is half made or half removed, so there is nothing to reset; finish with `forage-ctl down {name}`"
-            )));
+            return Err(super::lifecycle::half_made(name));
         }
-        let legacy = match &record.workspace {
-            WorkspaceRecord::GitWorktree(g) => g.private.is_none(),
-            WorkspaceRecord::Jj(j) => j.is_legacy(),
-            WorkspaceRecord::Direct { .. } => false,
-        };
-        if legacy {
-            return Err(Error::Conflict(format!(
-                "sandbox {name} was made by an older forage, whose {} sandboxes shared the repository with the agent; `forage-ctl down {name}` keeps its work, and `forage-ctl up` makes a new, isolated sandbox",
+        if record.workspace.get().is_legacy() {
+            return Err(Error::conflict(format!(
+                "sandbox {name} was made by an older forage, whose {} sandboxes shared the repository with the agent",
                 record.workspace.mode()
-            )));
+            ))
+            .hint_run("{command} keeps its work", ["down", name.as_str()])
+            .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
         }
         let template = &resolve(&record.template)?;
         let options = &record.options;
-        // Refused before a possibly slow image build (container_spec checks again).
-        limits(template, options)?;
-        secret_env(template, options)?;
-        extra_mounts(template, options, self.home.root())?;
-        record.workspace.check_host_paths(self.home.root())?;
+        // Everything refused before a possibly slow image build.
+        let guard = guard(&self.home, &self.settings);
+        let plan = ContainerPlan::new(template, options, &guard, &self.settings, self.identity)?;
+        record.workspace.check_host_paths(&guard)?;
         check_secret_files(options)?;
-        let source = image_source(template, options)?;
-        let image = self.runtime.ensure_image(&source, self.progress).await?;
-        let mut spec = container_spec(name, template, options, &record.workspace, image.clone(), &self.home)?;
+        let image = self.runtime.ensure_image(&plan.image, self.progress.as_ref()).await?;
+        let spec =
+            container_spec(name, template, options, &plan, &record.workspace, image.clone(), &self.home, self.identity);
         self.check_program(&spec)?;
-        let read_only = options.read_only || template.template.workspace.read_only;
-        let mut mounts = record.workspace.mounts(read_only);
-        mounts.append(&mut spec.mounts);
-        spec.mounts = mounts;
+        let spec = with_workspace_mounts(spec, &record.workspace, plan.read_only, &guard);
 
         self.step(&format!("removing container {}", record.container));
         self.runtime.stop(&record.container, record.stop_timeout).await?;
@@ -80,9 +70,10 @@ impl<R: Runtime> Engine<'_, R> {
         };
         if let Err(e) = made.await {
             self.progress.finish();
-            return Err(e.with_note(format!(
-                "the old container is gone and the workspace is untouched: fix the cause and run `forage-ctl reset {name}` again, or remove the sandbox with `forage-ctl down {name}`"
-            )));
+            return Err(e
+                .with_note("the old container is gone and the workspace is untouched")
+                .hint_run("fix the cause and run {command} again", ["reset", name.as_str()])
+                .hint_run("or remove the sandbox with {command}", ["down", name.as_str()]));
         }
         self.progress.finish();
         Ok(record)

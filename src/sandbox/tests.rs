@@ -1,38 +1,44 @@
 //! Ordering and rollback of the engine, against a fake runtime that records what
 //! it is asked to do. (The real engine is exercised by tests/it.)
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::progress::Silent;
-use crate::runtime::{ContainerDetails, ContainerSummary, ImageSource, ReadyImage, StartWatch};
-use crate::template;
-use crate::workspace::direct::DirectPath;
-use crate::workspace::git::GitRequest;
+use crate::record::{RecordState, Step};
+use crate::runtime::{
+    ContainerDetails, ContainerSpec, ContainerSummary, ExecOptions, ImageSource, OutputStream, ReadyImage, Session,
+    SessionId, StartWatch,
+};
+use crate::workspace::Synced;
 
 #[derive(Default)]
 struct FakeRuntime {
-    calls: RefCell<Vec<String>>,
+    calls: Mutex<Vec<String>>,
     fail_start: bool,
-    fail_image: std::cell::Cell<bool>,
+    fail_image: AtomicBool,
     /// A path that must still exist whenever the container is removed.
     workspace_must_exist: Option<PathBuf>,
 }
 
 impl FakeRuntime {
     fn log(&self, call: &str) {
-        self.calls.borrow_mut().push(call.to_owned());
+        self.calls.lock().unwrap().push(call.to_owned());
     }
     fn calls(&self) -> Vec<String> {
-        self.calls.borrow().clone()
+        self.calls.lock().unwrap().clone()
     }
 }
 
 impl Runtime for FakeRuntime {
-    async fn ensure_image(&self, _: &ImageSource, _: &dyn Progress) -> Result<ReadyImage> {
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+    async fn ensure_image(&self, _: &ImageSource, _: &dyn crate::progress::Progress) -> Result<ReadyImage> {
         self.log("ensure_image");
-        if self.fail_image.get() {
+        if self.fail_image.load(Ordering::SeqCst) {
             return Err(Error::other("image build failed on purpose"));
         }
         Ok(ReadyImage { reference: "fake:1".into(), has_identity: true, programs: None })
@@ -76,42 +82,99 @@ impl Runtime for FakeRuntime {
     async fn list(&self, _: &str) -> Result<Vec<ContainerSummary>> {
         Ok(Vec::new())
     }
-}
-
-/// A direct workspace beside the test's FORAGE_HOME (`<dir>/home`).
-fn direct_workspace(dir: &Path) -> DirectPath {
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    DirectPath::validate(&ws, &dir.join("home"), true).unwrap()
-}
-
-fn template() -> template::Resolved {
-    template::Resolved {
-        name: "fake".into(),
-        origin: template::Origin::Builtin,
-        template: template::parse("image: fake:1\nagent: {command: [sh]}\n", "fake").unwrap(),
-        builtin_dockerfile: None,
+    async fn exec(&self, _: &str, _: Vec<String>, _: ExecOptions) -> Result<Session> {
+        Err(Error::other("no sessions in the fake"))
+    }
+    async fn attach(&self, _: &str) -> Result<Session> {
+        Err(Error::other("no sessions in the fake"))
+    }
+    async fn resize(&self, _: &SessionId, _: u16, _: u16) -> Result<()> {
+        Ok(())
+    }
+    async fn exit_code(&self, _: &SessionId) -> Result<Option<i64>> {
+        Ok(None)
+    }
+    fn logs(&self, _: &str, _: bool, _: Option<u64>) -> OutputStream {
+        Box::pin(futures_util::stream::empty())
     }
 }
 
-fn request(name: &str, workspace: WorkspaceRequest) -> UpRequest {
-    UpRequest::new(SandboxName::parse(name).unwrap(), template(), workspace)
+/// An engine over `runtime`, with FORAGE_HOME at `<dir>/home` and one template,
+/// `fake`, on the search path.
+fn engine(dir: &Path, runtime: Arc<FakeRuntime>) -> Engine<FakeRuntime> {
+    let templates = dir.join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    std::fs::write(templates.join("fake.yaml"), "image: fake:1\nagent: {command: [sh]}\n").unwrap();
+    let settings = crate::env::Settings { templates_path: vec![templates], ..Default::default() };
+    Engine {
+        home: Home::at(dir.join("home")).unwrap(),
+        runtime,
+        progress: Arc::new(Silent),
+        cancel: Cancel::default(),
+        settings: Arc::new(settings),
+        identity: Identity { uid: 1000, gid: 1000 },
+    }
 }
 
-fn engine<'a>(home: &Path, runtime: &'a FakeRuntime) -> Engine<'a, FakeRuntime> {
-    Engine { home: Home::at(home.to_path_buf()).unwrap(), runtime, progress: &Silent, cancel: Cancel::default() }
+/// `up NAME -t fake` with the given workspace.
+fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec) -> UpRequest {
+    let spec = UpSpec {
+        name: SandboxName::parse(name).unwrap(),
+        template: "fake".into(),
+        workspace,
+        base: None,
+        branch: None,
+        image: None,
+        env: Vec::new(),
+        secrets: Vec::new(),
+        network: None,
+        memory: None,
+        cpus: None,
+        read_only: false,
+        allow_home: false,
+        start: true,
+        agent_args: Vec::new(),
+    };
+    engine.prepare_up(spec).unwrap()
+}
+
+/// A directory beside the test's FORAGE_HOME, for a direct workspace.
+fn direct_workspace(dir: &Path) -> WorkspaceSpec {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    WorkspaceSpec::Direct(ws)
 }
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }
 
+/// A server holds an engine across threads and runs its futures on a
+/// multi-threaded runtime: they must be `Send`, the engine `Send + Sync`.
+#[allow(dead_code)]
+fn engine_and_its_futures_are_send(engine: Engine<crate::runtime::docker::Docker>, name: SandboxName, req: UpRequest) {
+    fn send<T: Send>(_: T) {}
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    send_sync(&engine);
+    send(engine.up(req));
+    send(engine.down(&name, DownOptions::default()));
+    send(engine.sync(&name));
+    send(engine.status(&name));
+    send(engine.list());
+    send(engine.gc(true));
+    send(engine.reset(&name, |_| Err(Error::other("x"))));
+    send(engine.restore(&name, None, None, true, &[]));
+    send(engine.attach(&name));
+    let _: Option<Synced> = None;
+}
+
 #[test]
 fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = FakeRuntime { fail_start: true, ..Default::default() };
-    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
-    let err = block_on(engine(&dir.path().join("home"), &runtime).up(request("a", ws))).unwrap_err();
+    let runtime = Arc::new(FakeRuntime { fail_start: true, ..Default::default() });
+    let eng = engine(dir.path(), runtime.clone());
+    let req = request(&eng, "a", direct_workspace(dir.path()));
+    let err = block_on(eng.up(req)).unwrap_err();
     assert!(err.to_string().contains("start failed on purpose"));
     assert_eq!(runtime.calls(), ["ensure_image", "create forage-a", "start forage-a", "remove forage-a"]);
     let home = Home::at(dir.path().join("home")).unwrap();
@@ -121,9 +184,9 @@ fn a_failing_step_undoes_the_finished_ones_in_reverse_and_forgets_the_sandbox() 
 #[test]
 fn up_journals_each_step_before_it_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = FakeRuntime::default();
-    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
-    let record = block_on(engine(&dir.path().join("home"), &runtime).up(request("b", ws))).unwrap();
+    let eng = engine(dir.path(), Arc::new(FakeRuntime::default()));
+    let req = request(&eng, "b", direct_workspace(dir.path()));
+    let record = block_on(eng.up(req)).unwrap();
     assert_eq!(record.state, RecordState::Ready);
     assert_eq!(record.journal, vec![Step::Container { name: "forage-b".into() }]);
 }
@@ -144,11 +207,10 @@ fn down_removes_the_container_before_it_touches_the_worktree() {
     let name = SandboxName::parse("c").unwrap();
     let worktree = home.join("workspaces/c");
     let private = home.join("private/c");
-    let git = GitRequest::validate(&repo_dir, None, None, &name, worktree.clone(), private.clone()).unwrap();
-    let ws = WorkspaceRequest::GitWorktree(git);
-    let runtime = FakeRuntime { workspace_must_exist: Some(worktree.clone()), ..Default::default() };
-    let eng = engine(&home, &runtime);
-    block_on(eng.up(request("c", ws))).unwrap();
+    let runtime = Arc::new(FakeRuntime { workspace_must_exist: Some(worktree.clone()), ..Default::default() });
+    let eng = engine(dir.path(), runtime.clone());
+    let req = request(&eng, "c", WorkspaceSpec::GitWorktree(repo_dir.clone()));
+    block_on(eng.up(req)).unwrap();
     assert!(worktree.join("a").exists());
 
     let report = block_on(eng.down(&name, DownOptions::default())).unwrap();
@@ -162,19 +224,20 @@ fn down_removes_the_container_before_it_touches_the_worktree() {
 #[test]
 fn reset_settles_the_image_before_it_touches_the_old_container() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = FakeRuntime::default();
-    let eng = engine(&dir.path().join("home"), &runtime);
-    let ws = WorkspaceRequest::Direct(direct_workspace(dir.path()));
-    block_on(eng.up(request("r", ws))).unwrap();
+    let runtime = Arc::new(FakeRuntime::default());
+    let eng = engine(dir.path(), runtime.clone());
+    let req = request(&eng, "r", direct_workspace(dir.path()));
+    block_on(eng.up(req)).unwrap();
     let name = SandboxName::parse("r").unwrap();
-    let resolve = |_: &str| Ok(template());
+    let templates = eng.templates();
+    let resolve = |n: &str| templates.resolve(n);
 
-    runtime.fail_image.set(true);
+    runtime.fail_image.store(true, Ordering::SeqCst);
     let err = block_on(eng.reset(&name, resolve)).unwrap_err();
     assert!(err.to_string().contains("image build failed on purpose"));
     assert_eq!(runtime.calls()[3..], ["ensure_image"], "the old container is left alone");
 
-    runtime.fail_image.set(false);
+    runtime.fail_image.store(false, Ordering::SeqCst);
     let record = block_on(eng.reset(&name, resolve)).unwrap();
     assert_eq!(
         runtime.calls()[4..],

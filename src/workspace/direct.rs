@@ -4,18 +4,25 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
+use super::git::ArchiveOutcome;
+use super::{AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
 use crate::error::{Error, Result};
+use crate::host_paths::{Exposure, Guard};
 
 /// An existing directory, made absolute and free of symlinks.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DirectPath(PathBuf);
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectWorkspace {
+    pub path: PathBuf,
+}
 
-impl DirectPath {
-    /// `forage_home` is FORAGE_HOME; `allow_home` is `--allow-home`.
-    pub fn validate(raw: &Path, forage_home: &Path, allow_home: bool) -> Result<Self> {
+impl DirectWorkspace {
+    /// `guard` knows what no sandbox may see; `allow_home` is `--allow-home`.
+    pub fn validate(raw: &Path, guard: &Guard, allow_home: bool) -> Result<Self> {
         let shown = raw.display();
         let meta = std::fs::metadata(raw).map_err(|e| {
-            Error::Workspace(match e.kind() {
+            Error::workspace(match e.kind() {
                 std::io::ErrorKind::NotFound => format!(
                     "workspace path {shown:?} does not exist; create it first or pass an existing directory to --workspace"
                 ),
@@ -23,35 +30,71 @@ impl DirectPath {
             })
         })?;
         if !meta.is_dir() {
-            return Err(Error::Workspace(format!(
+            return Err(Error::workspace(format!(
                 "workspace path {shown:?} is not a directory; pass a directory to --workspace"
             )));
         }
         std::fs::read_dir(raw).map_err(|e| {
-            Error::Workspace(format!("workspace path {shown:?} cannot be read ({e}); check its permissions"))
+            Error::workspace(format!("workspace path {shown:?} cannot be read ({e}); check its permissions"))
         })?;
         let canonical = raw
             .canonicalize()
-            .map_err(|e| Error::Workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
-        if let Some(why) =
-            crate::host_paths::refusal(&canonical, Some(forage_home), crate::host_paths::Exposure::Writable)
-        {
-            return Err(Error::Usage(format!(
+            .map_err(|e| Error::workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
+        if let Some(why) = guard.refusal(&canonical, Exposure::Writable) {
+            return Err(Error::usage(format!(
                 "refusing to mount {} as a workspace: {why}; pass a project directory",
                 canonical.display()
             )));
         }
-        if crate::host_paths::exposes_user_home(&canonical) && !allow_home {
-            return Err(Error::Usage(format!(
+        if guard.exposes_user_home(&canonical) && !allow_home {
+            return Err(Error::usage(format!(
                 "{} is (or holds) your home directory: the agent could change your shell's startup files, ssh keys and git config; pass a project directory, or --allow-home if you mean it",
                 canonical.display()
             )));
         }
-        Ok(DirectPath(canonical))
+        Ok(DirectWorkspace { path: canonical })
+    }
+}
+
+impl Workspace for DirectWorkspace {
+    fn mode(&self) -> Mode {
+        Mode::Direct
     }
 
-    pub fn path(&self) -> &Path {
-        &self.0
+    fn host_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn mounts(&self, read_only: bool, _guard: &Guard) -> Vec<crate::runtime::Mount> {
+        vec![crate::runtime::Mount { source: self.path.clone(), target: crate::inside::WORKSPACE.into(), read_only }]
+    }
+
+    fn make(&self, _part: Part) -> Result<()> {
+        Ok(())
+    }
+
+    /// The directory is the user's: never touched.
+    fn unmake(&self, _part: Part, _scope: &Scope) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync(&self, _inside: Option<Inside>) -> Result<Synced> {
+        Err(Error::usage(format!(
+            "the sandbox works directly in {}, which has no history for forage to sync; sync is for --git-worktree and --jj sandboxes",
+            self.path.display()
+        )))
+    }
+
+    fn at_stake(&self, _inside: Option<Inside>) -> Result<Option<AtStake>> {
+        Ok(None)
+    }
+
+    fn archive(&self, _: &crate::names::SandboxName, _: &str, _: Option<Inside>) -> Result<ArchiveOutcome> {
+        Ok(ArchiveOutcome::default())
+    }
+
+    fn status(&self) -> Result<Option<WorkspaceStatus>> {
+        Ok(None)
     }
 }
 
@@ -65,18 +108,19 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, "x").unwrap();
         let home = dir.path().join("forage-home");
+        let guard = Guard::new(&crate::env::Settings::default(), Some(&home));
         for (bad, needle, code) in [
             (dir.path().join("missing"), "does not exist", 6),
             (file, "is not a directory", 6),
             (PathBuf::from("/"), "refusing", 2),
             (dir.path().to_path_buf(), "forage's state", 2),
         ] {
-            let err = DirectPath::validate(&bad, &home, false).unwrap_err();
+            let err = DirectWorkspace::validate(&bad, &guard, false).unwrap_err();
             assert_eq!(err.exit_code(), code, "{err}");
             assert!(err.to_string().contains(needle), "{err}");
         }
         let project = dir.path().join("project");
         std::fs::create_dir(&project).unwrap();
-        assert!(DirectPath::validate(&project, &home, false).is_ok());
+        assert!(DirectWorkspace::validate(&project, &guard, false).is_ok());
     }
 }

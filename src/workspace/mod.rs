@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::runtime::{Mount, WORKSPACE_TARGET};
+use crate::error::Result;
+use crate::runtime::Mount;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -32,12 +33,135 @@ impl fmt::Display for Mode {
     }
 }
 
+/// One part of a workspace that `up` makes, journaled (as a `Step`) before it
+/// is made, and undone in reverse by a rollback, `down` and `gc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// git: the branch `forage-<name>` in the user's repository.
+    GitBranch,
+    /// git: the worktree of the user's repository on that branch.
+    GitWorktree,
+    /// FORAGE_HOME/private/<name>: the agent's private repository (made by the
+    /// engine, filled by the workspace).
+    PrivateRepo,
+    /// jj: the agent's private jj repository and the workspace's files.
+    JjRepository,
+}
+
+/// Where undoing may delete: FORAGE_HOME/workspaces and FORAGE_HOME/private
+/// (and a worktree's admin entry in its repository), nowhere else.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    pub workspaces_dir: PathBuf,
+    pub private_dir: PathBuf,
+    /// `down --keep-branch`: leave the branch where it is.
+    pub keep_branch: bool,
+}
+
+/// What a command run inside the sandbox's container printed, for the
+/// workspace to read (jj's snapshot and list of the agent's work), or why it
+/// could not run; and when it started.
+#[derive(Debug, Clone)]
+pub struct Inside {
+    pub output: std::result::Result<String, String>,
+    pub since: (i64, i64),
+}
+
+/// What a sync brought over.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Synced {
+    Git(git::SyncReport),
+    Jj(jj::JjSync),
+}
+
+/// What `status` tells of a workspace with history.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkspaceStatus {
+    /// The git branch or jj bookmark.
+    pub branch: String,
+    /// The base commit (jj: the base commits, comma-separated).
+    pub base: String,
+    pub base_ref: Option<String>,
+    /// Commits on the branch not on the base (jj: the agent's changes).
+    pub ahead: usize,
+    /// Commits on the base (its current tip) not on the branch.
+    pub behind: usize,
+    /// Uncommitted files: staged, unstaged, untracked and not ignored.
+    pub dirty: Vec<String>,
+}
+
+/// A sandbox's workspace, whatever its mode: the sandbox engine orders the
+/// steps, and each mode says what they mean for it. Every method may block (git2,
+/// jj, the file system); the engine calls them on its blocking pool.
+pub trait Workspace: Send + Sync {
+    fn mode(&self) -> Mode;
+    /// The host directory the agent works in.
+    fn host_path(&self) -> &Path;
+    /// The git branch, or the jj bookmark.
+    fn branch(&self) -> Option<&str> {
+        None
+    }
+    /// The repository whose lock serialises changes to it; `None` when the
+    /// workspace shares nothing.
+    fn repository_lock(&self) -> Option<&Path> {
+        None
+    }
+    /// The user's repository (its top directory), as archives name it.
+    fn repository(&self) -> Option<&Path> {
+        None
+    }
+    /// Made by an older forage, which shared the repository with the agent.
+    fn is_legacy(&self) -> bool {
+        false
+    }
+    /// The bind mounts that make the workspace appear at /workspace.
+    /// `guard` drops any borrowed object directory no agent may see.
+    fn mounts(&self, read_only: bool, guard: &crate::host_paths::Guard) -> Vec<Mount>;
+    /// Refuses a workspace whose host paths no agent may see.
+    fn check_host_paths(&self, _guard: &crate::host_paths::Guard) -> Result<()> {
+        Ok(())
+    }
+    /// Environment the agent's tools need (who commits).
+    fn agent_env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// What `up` makes, in order.
+    fn parts(&self) -> &'static [Part] {
+        &[]
+    }
+    fn make(&self, part: Part) -> Result<()>;
+    /// Undoes `part`, whether or not it was made.
+    fn unmake(&self, part: Part, scope: &Scope) -> Result<()>;
+    /// A command to run inside the container before the agent's work is read
+    /// (jj: a snapshot); `for_sync` also has it take in the host's view.
+    fn inside_command(&self, _for_sync: bool) -> Option<Vec<String>> {
+        None
+    }
+    /// Brings the agent's work to the user's repository.
+    fn sync(&self, inside: Option<Inside>) -> Result<Synced>;
+    /// What only the sandbox holds (`None`: nothing is ever lost, a direct workspace).
+    fn at_stake(&self, inside: Option<Inside>) -> Result<Option<AtStake>>;
+    /// Keeps the agent's work reachable before anything is deleted.
+    fn archive(
+        &self,
+        name: &crate::names::SandboxName,
+        timestamp: &str,
+        inside: Option<Inside>,
+    ) -> Result<git::ArchiveOutcome>;
+    fn status(&self) -> Result<Option<WorkspaceStatus>>;
+    /// Lets the agent see the user's branches or bookmarks as they are now.
+    fn refresh_view_of_host(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// What a record remembers of a sandbox's workspace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "kebab-case")]
 pub enum WorkspaceRecord {
     /// A host directory mounted as is; forage never modifies or deletes it.
-    Direct { path: PathBuf },
+    Direct(direct::DirectWorkspace),
     /// A worktree of a git repository on a branch forage created.
     GitWorktree(git::GitWorkspace),
     /// A jj workspace forage created.
@@ -45,60 +169,40 @@ pub enum WorkspaceRecord {
 }
 
 impl WorkspaceRecord {
+    /// The mode's implementation.
+    pub fn get(&self) -> &dyn Workspace {
+        match self {
+            WorkspaceRecord::Direct(d) => d,
+            WorkspaceRecord::GitWorktree(g) => g,
+            WorkspaceRecord::Jj(j) => j,
+        }
+    }
+
     pub fn mode(&self) -> Mode {
-        match self {
-            WorkspaceRecord::Direct { .. } => Mode::Direct,
-            WorkspaceRecord::GitWorktree(_) => Mode::GitWorktree,
-            WorkspaceRecord::Jj(_) => Mode::Jj,
-        }
+        self.get().mode()
     }
 
-    /// The host directory the agent works in.
     pub fn host_path(&self) -> &Path {
-        match self {
-            WorkspaceRecord::Direct { path } => path,
-            WorkspaceRecord::GitWorktree(g) => &g.path,
-            WorkspaceRecord::Jj(j) => &j.path,
-        }
+        self.get().host_path()
     }
 
-    /// The git branch, or the jj bookmark.
     pub fn branch(&self) -> Option<&str> {
-        match self {
-            WorkspaceRecord::Direct { .. } => None,
-            WorkspaceRecord::GitWorktree(g) => Some(&g.branch),
-            WorkspaceRecord::Jj(j) if j.is_legacy() => Some(&j.workspace),
-            WorkspaceRecord::Jj(j) => Some(&j.bookmark),
-        }
+        self.get().branch()
     }
 
-    /// Refuses a workspace whose repository keeps or borrows its objects where
-    /// no agent may look (they are mounted read-only): checked by `up` and
-    /// `reset` before anything is made.
-    pub fn check_host_paths(&self, forage_home: &Path) -> crate::error::Result<()> {
-        let host = match self {
-            WorkspaceRecord::Direct { .. } => return Ok(()),
-            WorkspaceRecord::GitWorktree(g) => git2::Repository::open(&g.common_dir),
-            WorkspaceRecord::Jj(j) => match &j.git_dir {
-                Some(dir) => git2::Repository::open(dir),
-                None => return Ok(()),
-            },
-        };
-        match host {
-            Ok(host) => git::private::check_object_dirs(&host, forage_home),
-            Err(_) => Ok(()),
-        }
+    pub fn mounts(&self, read_only: bool, guard: &crate::host_paths::Guard) -> Vec<Mount> {
+        self.get().mounts(read_only, guard)
     }
 
-    /// The bind mounts that make the workspace appear at /workspace.
-    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
-        match self {
-            WorkspaceRecord::Direct { path } => {
-                vec![Mount { source: path.clone(), target: WORKSPACE_TARGET.into(), read_only }]
-            }
-            WorkspaceRecord::GitWorktree(g) => g.mounts(read_only),
-            WorkspaceRecord::Jj(j) => j.mounts(read_only),
-        }
+    pub fn check_host_paths(&self, guard: &crate::host_paths::Guard) -> Result<()> {
+        self.get().check_host_paths(guard)
+    }
+
+    /// Two workspaces of one repository, which see each other's work.
+    pub fn same_repository(&self, other: &WorkspaceRecord) -> bool {
+        self.mode() == other.mode()
+            && self.get().repository_lock().is_some()
+            && self.get().repository_lock() == other.get().repository_lock()
     }
 }
 
@@ -121,7 +225,7 @@ pub fn detect_mode(repo: &Path) -> Mode {
 /// repository", which is what git and jj would conclude).
 pub fn ensure_readable(repo: &Path) -> crate::error::Result<()> {
     match std::fs::read_dir(repo) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(crate::error::Error::Workspace(format!(
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(crate::error::Error::workspace(format!(
             "repository path {:?} cannot be read ({e}); check its permissions",
             repo.display().to_string()
         ))),
@@ -133,10 +237,11 @@ pub fn ensure_readable(repo: &Path) -> crate::error::Result<()> {
 /// already there: a sandbox of that name that was never cleaned up.
 pub fn ensure_workspace_dir_free(path: &Path, name: &crate::names::SandboxName) -> crate::error::Result<()> {
     if path.exists() {
-        return Err(crate::error::Error::Conflict(format!(
-            "{} already exists; a sandbox of this name was not cleaned up (`forage-ctl down {name}`)",
+        return Err(crate::error::Error::conflict(format!(
+            "{} already exists; a sandbox of this name was not cleaned up",
             path.display()
-        )));
+        ))
+        .hint_run("remove what is left with {command}", ["down", name.as_str()]));
     }
     Ok(())
 }
@@ -194,7 +299,7 @@ pub(crate) fn commit_line(id: git2::Oid, summary: &str) -> String {
 /// A workspace the user asked for, validated but not yet created.
 #[derive(Debug, Clone)]
 pub enum WorkspaceRequest {
-    Direct(direct::DirectPath),
+    Direct(direct::DirectWorkspace),
     GitWorktree(git::GitRequest),
     Jj(jj::JjRequest),
 }

@@ -198,6 +198,13 @@ impl Dir {
             nix::unistd::unlinkat(&into.fd, new_name, nix::unistd::UnlinkatFlags::NoRemoveDir)?;
             return Ok(false);
         }
+        self.copy_into(name, into, new_name)
+    }
+
+    /// Copies the regular file `name` into `into` as `new_name`: a file of
+    /// forage's own that the agent cannot change afterwards. Returns false when
+    /// `name` is absent or not a regular file.
+    pub fn copy_into(&self, name: &OsStr, into: &Dir, new_name: &OsStr) -> io::Result<bool> {
         let Some((mut src, _)) = self.open_file(name)? else { return Ok(false) };
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(&into.fd, new_name, flags, Mode::from_bits_truncate(0o600))?;
@@ -271,15 +278,23 @@ pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
     }
 }
 
-/// Gives every directory under `dir` (not following symlinks) `u+rwx`.
-fn restore_permissions(dir: &Dir) -> io::Result<()> {
-    for (name, kind) in dir.entries().unwrap_or_default() {
-        if kind != Kind::Dir {
-            continue;
-        }
-        dir.grant_owner_access(&name)?;
-        if let Some(sub) = dir.dir(&name)? {
-            restore_permissions(&sub)?;
+/// Gives the user back what the agent (running as the user's uid) took from
+/// them under `dir`: `u+rwx` on every directory, `u+rw` on every file, never
+/// following a symlink; with its own stack, as deep as the agent made it.
+pub(crate) fn restore_permissions(dir: &Dir) -> io::Result<()> {
+    let mut stack: Vec<Dir> = vec![Dir::open(dir.path())?];
+    while let Some(dir) = stack.pop() {
+        for (name, kind) in dir.entries().unwrap_or_default() {
+            match kind {
+                Kind::Dir => {
+                    dir.grant_owner_access(&name)?;
+                    if let Some(sub) = dir.dir(&name)? {
+                        stack.push(sub);
+                    }
+                }
+                Kind::File => dir.grant_owner_access(&name)?,
+                _ => {}
+            }
         }
     }
     Ok(())

@@ -2,36 +2,55 @@
 //! read by forage on the host: the uncommitted work of a git sandbox, and the
 //! files a jj sandbox changed after jj's last snapshot.
 //!
-//! The agent wrote these files, so they are walked with `untrusted::Dir`: symlinks
-//! are recorded as symlinks (never followed), FIFOs, sockets and devices are
-//! skipped, and every `.git` entry is left out (the worktree's own link, and the
-//! git directory of a repository the agent made inside, whose *files* are kept;
-//! in jj mode `.jj` too). Ignore rules come from a repository whose working
-//! directory is the worktree (the worktree's `.gitignore` files, that
-//! repository's `info/exclude`, the user's `core.excludesFile`); files already
-//! known are kept even where an ignore rule matches. What is already known
-//! (`Known`) spares reading the files that did not change.
+//! The agent wrote these files, so nothing here trusts them:
+//! - the tree is walked with `untrusted::Dir` (no symlink followed, never
+//!   blocking on a FIFO), one directory at a time from an explicit stack, at
+//!   most `MAX_DEPTH` deep;
+//! - symlinks are recorded as symlinks; FIFOs, sockets and devices are skipped;
+//!   so are names git would refuse (`.GIT`, `.git.`, a `.gitmodules` symlink)
+//!   and files over `MAX_FILE_BYTES`; each is listed as skipped, with why;
+//! - every `.git` entry is left out (the worktree's own link, and the git
+//!   directory of a repository the agent made inside, whose *files* are kept;
+//!   in jj mode `.jj` too);
+//! - content is hashed (and written) as it streams, never held whole;
+//! - ignore rules are forage's own reading of the worktree's `.gitignore` files
+//!   (read like any other file of the agent's) and the host's `info/exclude` and
+//!   `core.excludesFile`; files already known are kept even where a rule matches.
+//!
+//! What is already known (`Known`) spares reading the files that did not change.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
-use std::io::Read;
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Oid, Repository, Tree};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use nix::sys::stat::FileStat;
+use sha1::{Digest, Sha1};
 
 use super::untrusted::{Dir, Kind};
 use crate::error::{Error, Result};
 
 fn err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(format!("reading the worktree: {e}"))
+    Error::workspace(format!("reading the worktree: {e}"))
 }
 
 const MODE_FILE: u32 = 0o100644;
 const MODE_EXEC: u32 = 0o100755;
 const MODE_LINK: u32 = 0o120000;
 const MODE_GITLINK: u32 = 0o160000;
+
+/// Deeper than this, a directory is listed as skipped (git itself refuses
+/// paths much longer than this allows).
+const MAX_DEPTH: usize = 512;
+/// Larger files are listed as skipped rather than archived: an agent can make
+/// a sparse file of any size in no time, which would take forage as long to read.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// A `.gitignore` larger than this is not read.
+const MAX_IGNORE_FILE: u64 = 1 << 20;
 
 /// One file as git would record it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,17 +75,20 @@ pub enum Known {
 #[derive(Debug, Default)]
 pub struct WorktreeFiles {
     pub files: Vec<FileEntry>,
-    /// Paths that are neither files, symlinks nor directories (FIFOs, sockets),
-    /// which git cannot store, and (when only looking) paths the agent made
-    /// unreadable: not in `files`.
-    pub skipped: Vec<String>,
+    /// Paths not in `files`, each with why: not a file, symlink or directory; a
+    /// name git refuses; too big; too deep; or (when only looking) made
+    /// unreadable by the agent.
+    pub skipped: Vec<(String, String)>,
+    /// Paths too big to read, which only looking cannot compare: counted as changed.
+    unread: Vec<Vec<u8>>,
 }
 
-/// Reads the worktree at `root`. `repo`'s working directory must be `root`: it
-/// gives the ignore rules, and its object store receives the content of every
-/// changed file when `write` is set (for a commit); without, files are only hashed.
+/// Reads the worktree at `root`. `repo` is the host's repository: its
+/// `info/exclude` and `core.excludesFile` add to the worktree's ignore rules,
+/// and its object store receives the content of every changed file when
+/// `write` is set (for a commit); without, files are only hashed.
 pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result<WorktreeFiles> {
-    let (tracked, index_mtime, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
+    let (tracked, since, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
         Known::Index(index) => {
             let mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
             let since = mtime.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
@@ -86,18 +108,45 @@ pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result
             }
         }
     }
-    let mut walk = Walk { repo, tracked, tracked_dirs, since: index_mtime, jj, write, out: WorktreeFiles::default() };
     if let (true, Some(parent), Some(name)) = (write, root.parent(), root.file_name()) {
         Dir::open(parent).and_then(|p| p.grant_owner_access(name)).map_err(err)?;
     }
-    let dir = Dir::open(root).map_err(err)?;
-    walk.dir(&dir, &[])?;
+    let mut walk = Walk {
+        repo,
+        root: root.to_path_buf(),
+        ignores: host_ignores(repo),
+        tracked,
+        tracked_dirs,
+        since,
+        jj,
+        write,
+        out: WorktreeFiles::default(),
+    };
+    walk.run(Dir::open(root).map_err(err)?)?;
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(walk.out)
 }
 
 fn stage(e: &IndexEntry) -> u16 {
     (e.flags >> 12) & 0x3
+}
+
+/// The host's own ignore rules: the repository's `info/exclude` and the user's
+/// `core.excludesFile` (trusted files, read as git reads them).
+fn host_ignores(repo: &Repository) -> Vec<Gitignore> {
+    let mut files: Vec<PathBuf> = vec![repo.commondir().join("info/exclude")];
+    if let Some(path) = repo.config().ok().and_then(|c| c.get_path("core.excludesFile").ok()) {
+        files.push(path);
+    }
+    files
+        .into_iter()
+        .filter(|f| f.is_file())
+        .map(|f| {
+            let mut b = GitignoreBuilder::new("/");
+            let _ = b.add(&f);
+            b.build().unwrap_or_else(|_| Gitignore::empty())
+        })
+        .collect()
 }
 
 /// A file forage already knows, and how.
@@ -122,8 +171,24 @@ impl Tracked {
     }
 }
 
+/// A directory still to walk: reached from `parent` by `name`, with the ignore
+/// rules of every directory above it.
+struct Pending {
+    parent: Rc<Dir>,
+    name: OsString,
+    rel: Vec<u8>,
+    ignores: Rc<Vec<Gitignore>>,
+}
+
+/// A directory opened and waiting to be listed: its handle, its path in the
+/// tree, and the ignore rules that apply inside it.
+type Opened = (Rc<Dir>, Vec<u8>, Rc<Vec<Gitignore>>);
+
 struct Walk<'a> {
     repo: &'a Repository,
+    root: PathBuf,
+    /// The host's rules, which apply everywhere.
+    ignores: Vec<Gitignore>,
     tracked: HashMap<Vec<u8>, Tracked>,
     tracked_dirs: HashSet<Vec<u8>>,
     /// Files changed at or after this time are read whatever else is known.
@@ -135,14 +200,38 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn dir(&mut self, dir: &Dir, prefix: &[u8]) -> Result<()> {
+    /// Walks every directory from `root`, depth first, from an explicit stack
+    /// (no recursion: the agent chooses the depth).
+    fn run(&mut self, root: Dir) -> Result<()> {
+        let root = Rc::new(root);
+        let rules = Rc::new(self.ignore_rules(&root, &[], &[]));
+        let mut stack: Vec<Opened> = vec![(root, Vec::new(), rules)];
+        while let Some((dir, prefix, rules)) = stack.pop() {
+            for sub in self.list(&dir, &prefix, &rules)? {
+                let depth = sub.rel.iter().filter(|b| **b == b'/').count() + 1;
+                if depth > MAX_DEPTH {
+                    self.skip(&sub.rel, format!("deeper than {MAX_DEPTH} directories"));
+                    continue;
+                }
+                if let Some(Some(opened)) = self.readable(&sub.parent, &sub.name, &sub.rel, |d, n| d.dir(n))? {
+                    let own = self.ignore_rules(&opened, &sub.rel, &sub.ignores);
+                    stack.push((Rc::new(opened), sub.rel, Rc::new(own)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `dir`'s entries: records its files, and returns its subdirectories.
+    fn list(&mut self, dir: &Rc<Dir>, prefix: &[u8], rules: &Rc<Vec<Gitignore>>) -> Result<Vec<Pending>> {
         let entries = match dir.entries() {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !self.write => {
-                self.out.skipped.push(String::from_utf8_lossy(prefix).into_owned());
-                return Ok(());
+                self.skip(prefix, "the agent made it unreadable".into());
+                return Ok(Vec::new());
             }
             other => other.map_err(err)?,
         };
+        let mut dirs = Vec::new();
         for (name, kind) in entries {
             if name == ".git" || (self.jj && name == ".jj") {
                 continue;
@@ -157,23 +246,62 @@ impl Walk<'_> {
                 self.out.files.push(FileEntry { path: rel, mode: e.mode(), id: e.id() });
                 continue;
             }
+            if let Err(why) = super::git::import::refused_name(name.as_bytes(), kind == Kind::Symlink) {
+                self.skip(&rel, why);
+                continue;
+            }
             let tracked = self.tracked.contains_key(&rel);
             match kind {
-                Kind::Dir if self.tracked_dirs.contains(&rel) || !self.ignored(&rel, true)? => {
-                    if let Some(Some(sub)) = self.readable(dir, &name, &rel, |d, n| d.dir(n))? {
-                        self.dir(&sub, &rel)?;
-                    }
+                Kind::Dir if self.tracked_dirs.contains(&rel) || !self.ignored(rules, &rel, true) => {
+                    dirs.push(Pending { parent: dir.clone(), name, rel, ignores: rules.clone() });
                 }
-                Kind::File | Kind::Symlink if tracked || !self.ignored(&rel, false)? => {
+                Kind::File | Kind::Symlink if tracked || !self.ignored(rules, &rel, false) => {
                     if let Some(entry) = self.file(dir, &name, rel, kind)? {
                         self.out.files.push(entry);
                     }
                 }
-                Kind::Other => self.out.skipped.push(String::from_utf8_lossy(&rel).into_owned()),
+                Kind::Other => self.skip(&rel, "not a file, symlink or directory".into()),
                 _ => {}
             }
         }
-        Ok(())
+        Ok(dirs)
+    }
+
+    fn skip(&mut self, rel: &[u8], why: String) {
+        self.out.skipped.push((String::from_utf8_lossy(rel).into_owned(), why));
+    }
+
+    /// The rules that apply in `dir`: those above it, then its own `.gitignore`,
+    /// read as the untrusted file it is.
+    fn ignore_rules(&self, dir: &Dir, rel: &[u8], above: &[Gitignore]) -> Vec<Gitignore> {
+        let mut rules = above.to_vec();
+        if let Ok(Some(text)) = dir.read(".gitignore", MAX_IGNORE_FILE) {
+            let base = self.root.join(OsStr::from_bytes(rel));
+            let mut builder = GitignoreBuilder::new(&base);
+            for line in String::from_utf8_lossy(&text).lines() {
+                let _ = builder.add_line(None, line);
+            }
+            if let Ok(gitignore) = builder.build() {
+                rules.push(gitignore);
+            }
+        }
+        rules
+    }
+
+    /// git's answer: the last rule that matches decides; the host's rules come
+    /// before the worktree's, the deepest `.gitignore` last.
+    fn ignored(&self, rules: &[Gitignore], rel: &[u8], is_dir: bool) -> bool {
+        let path = self.root.join(OsStr::from_bytes(rel));
+        let mut ignored = false;
+        for rule in self.ignores.iter().chain(rules) {
+            let matched = rule.matched_path_or_any_parents(&path, is_dir);
+            if matched.is_ignore() {
+                ignored = true;
+            } else if matched.is_whitelist() {
+                ignored = false;
+            }
+        }
+        ignored
     }
 
     /// Runs `open` on `name`. If the agent took the user's permission to read it:
@@ -192,25 +320,17 @@ impl Walk<'_> {
         }
         match open(dir, name) {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !self.write => {
-                self.out.skipped.push(String::from_utf8_lossy(rel).into_owned());
+                self.skip(rel, "the agent made it unreadable".into());
                 Ok(None)
             }
             other => other.map(Some).map_err(err),
         }
     }
 
-    fn ignored(&self, rel: &[u8], is_dir: bool) -> Result<bool> {
-        let mut path = rel.to_vec();
-        if is_dir {
-            path.push(b'/');
-        }
-        self.repo.is_path_ignored(Path::new(OsStr::from_bytes(&path))).map_err(err)
-    }
-
     fn file(&mut self, dir: &Dir, name: &OsStr, rel: Vec<u8>, kind: Kind) -> Result<Option<FileEntry>> {
         if kind == Kind::Symlink {
             let target = dir.read_link(name).map_err(err)?;
-            let id = self.blob(target.as_bytes())?;
+            let id = self.blob(&mut target.as_bytes(), target.len() as u64)?;
             return Ok(Some(FileEntry { path: rel, mode: MODE_LINK, id }));
         }
         // Gone or replaced since the listing: whatever it is now is not a file.
@@ -221,9 +341,13 @@ impl Walk<'_> {
         if let Some(id) = self.unchanged(&rel, mode, &st) {
             return Ok(Some(FileEntry { path: rel, mode, id }));
         }
-        let mut content = Vec::with_capacity(st.st_size as usize);
-        file.read_to_end(&mut content).map_err(err)?;
-        let id = self.blob(&content)?;
+        let size = st.st_size as u64;
+        if size > MAX_FILE_BYTES {
+            self.skip(&rel, format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+            self.out.unread.push(rel);
+            return Ok(None);
+        }
+        let id = self.blob(&mut file, size)?;
         Ok(Some(FileEntry { path: rel, mode, id }))
     }
 
@@ -252,13 +376,42 @@ impl Walk<'_> {
         }
     }
 
-    fn blob(&self, content: &[u8]) -> Result<Oid> {
+    /// The blob id of `size` bytes from `content`, streamed (and, with `write`,
+    /// streamed into the host's object store). A file that grew or shrank while
+    /// it was read is an error: it is still being written.
+    fn blob(&self, content: &mut dyn Read, size: u64) -> Result<Oid> {
         if self.write {
-            self.repo.blob(content).map_err(err)
+            let odb = self.repo.odb().map_err(err)?;
+            let mut writer = odb.writer(size as usize, ObjectType::Blob).map_err(err)?;
+            stream(content, size, |chunk| writer.write_all(chunk).map_err(err))?;
+            writer.finalize().map_err(err)
         } else {
-            Oid::hash_object(ObjectType::Blob, content).map_err(err)
+            let mut hasher = Sha1::new();
+            hasher.update(format!("blob {size}\0").as_bytes());
+            stream(content, size, |chunk| {
+                hasher.update(chunk);
+                Ok(())
+            })?;
+            Oid::from_bytes(&hasher.finalize()).map_err(err)
         }
     }
+}
+
+/// Feeds exactly `size` bytes of `content` to `sink`, a chunk at a time. A
+/// file that shrank while it was read is an error: it is still being written.
+fn stream(content: &mut dyn Read, size: u64, mut sink: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut left = size;
+    while left > 0 {
+        let want = left.min(buf.len() as u64) as usize;
+        let n = content.read(&mut buf[..want]).map_err(err)?;
+        if n == 0 {
+            return Err(err("a file shrank while it was read"));
+        }
+        sink(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 impl WorktreeFiles {
@@ -286,17 +439,22 @@ impl WorktreeFiles {
         index.write_tree_to(repo).map_err(err)
     }
 
-    /// The paths that differ from `tree` (added, changed or removed), sorted.
+    /// The paths that differ from `tree` (added, changed or removed), sorted;
+    /// a file too big to read counts as changed.
     pub fn changed_since(&self, repo: &Repository, tree: Option<&Tree>) -> Result<Vec<String>> {
-        let mut committed: HashMap<Vec<u8>, (u32, Oid)> = HashMap::new();
-        if let Some(tree) = tree {
-            flatten(repo, tree, &[], &mut committed)?;
-        }
+        let mut committed: HashMap<Vec<u8>, (u32, Oid)> = match tree {
+            Some(tree) => tree_files(repo, tree)?,
+            None => HashMap::new(),
+        };
         let mut changed: Vec<String> = Vec::new();
         for f in &self.files {
             if committed.remove(&f.path) != Some((f.mode, f.id)) {
                 changed.push(String::from_utf8_lossy(&f.path).into_owned());
             }
+        }
+        for path in &self.unread {
+            committed.remove(path);
+            changed.push(String::from_utf8_lossy(path).into_owned());
         }
         changed.extend(committed.into_keys().map(|p| String::from_utf8_lossy(&p).into_owned()));
         changed.sort();
@@ -304,28 +462,96 @@ impl WorktreeFiles {
     }
 }
 
-/// Every non-tree entry of `tree` by path: (mode, id).
+/// Every non-tree entry of `tree` by path: (mode, id). Names are bytes (git2's
+/// own tree walk would panic on a name that is not UTF-8), and the walk keeps
+/// its own stack (no recursion).
 pub fn tree_files(repo: &Repository, tree: &Tree) -> Result<HashMap<Vec<u8>, (u32, Oid)>> {
     let mut out = HashMap::new();
-    flatten(repo, tree, &[], &mut out)?;
+    let mut stack: Vec<(Oid, Vec<u8>)> = vec![(tree.id(), Vec::new())];
+    while let Some((id, prefix)) = stack.pop() {
+        let tree = repo.find_tree(id).map_err(err)?;
+        for entry in tree.iter() {
+            let mut path = prefix.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(entry.name_bytes());
+            if entry.kind() == Some(ObjectType::Tree) {
+                stack.push((entry.id(), path));
+            } else {
+                out.insert(path, (entry.filemode() as u32, entry.id()));
+            }
+        }
+    }
     Ok(out)
 }
 
-/// Fills `out` as `tree_files` (names as bytes: git2's own tree walk would panic
-/// on a name that is not UTF-8).
-fn flatten(repo: &Repository, tree: &Tree, prefix: &[u8], out: &mut HashMap<Vec<u8>, (u32, Oid)>) -> Result<()> {
-    for entry in tree.iter() {
-        let mut path = prefix.to_vec();
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(entry.name_bytes());
-        if entry.kind() == Some(ObjectType::Tree) {
-            let sub = repo.find_tree(entry.id()).map_err(err)?;
-            flatten(repo, &sub, &path, out)?;
-        } else {
-            out.insert(path, (entry.filemode() as u32, entry.id()));
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_with_worktree() -> (tempfile::TempDir, Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path().join("repo")).unwrap();
+        std::fs::create_dir(dir.path().join("wt")).unwrap();
+        (dir, repo)
     }
-    Ok(())
+
+    #[test]
+    fn names_git_refuses_big_files_and_fifos_are_skipped_saying_why() {
+        let (dir, repo) = repo_with_worktree();
+        let wt = dir.path().join("wt");
+        std::fs::write(wt.join("ok.txt"), "fine\n").unwrap();
+        std::fs::write(wt.join(".git."), "x").unwrap();
+        std::fs::create_dir(wt.join(".GIT")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", wt.join(".gitmodules")).unwrap();
+        nix::unistd::mkfifo(&wt.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let big = std::fs::File::create(wt.join("sparse")).unwrap();
+        big.set_len(MAX_FILE_BYTES + 1).unwrap();
+        // A FIFO where a .gitignore belongs blocks nothing.
+        nix::unistd::mkfifo(&wt.join(".gitignore"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        let names: Vec<&[u8]> = files.files.iter().map(|f| f.path.as_slice()).collect();
+        assert_eq!(names, [&b"ok.txt"[..]]);
+        let skipped: HashMap<&str, &str> = files.skipped.iter().map(|(p, w)| (p.as_str(), w.as_str())).collect();
+        for name in [".git.", ".GIT", ".gitmodules", "fifo", ".gitignore"] {
+            assert!(skipped.contains_key(name), "{name}: {skipped:?}");
+        }
+        assert!(skipped["sparse"].contains("larger than"), "{skipped:?}");
+        assert_eq!(files.changed_since(&repo, None).unwrap(), ["ok.txt", "sparse"], "the big file counts as changed");
+    }
+
+    #[test]
+    fn ignore_rules_apply_by_directory_and_deep_trees_are_cut_off() {
+        let (dir, repo) = repo_with_worktree();
+        let wt = dir.path().join("wt");
+        std::fs::write(wt.join(".gitignore"), "*.log\n!keep.log\n").unwrap();
+        std::fs::create_dir_all(wt.join("sub")).unwrap();
+        std::fs::write(wt.join("sub/.gitignore"), "local\n").unwrap();
+        for f in ["a.log", "keep.log", "sub/b.log", "sub/local", "sub/kept"] {
+            std::fs::write(wt.join(f), "x").unwrap();
+        }
+        let mut deep = wt.join("d");
+        for _ in 0..MAX_DEPTH + 5 {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("f"), "too deep").unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        let names: Vec<String> = files.files.iter().map(|f| String::from_utf8_lossy(&f.path).into_owned()).collect();
+        assert_eq!(names, [".gitignore", "keep.log", "sub/.gitignore", "sub/kept"]);
+        assert!(files.skipped.iter().any(|(_, why)| why.contains("deeper than")), "{:?}", files.skipped);
+    }
+
+    #[test]
+    fn streamed_hashes_are_git_s() {
+        let (dir, repo) = repo_with_worktree();
+        let wt = dir.path().join("wt");
+        std::fs::write(wt.join("a"), "hello\n").unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        assert_eq!(files.files[0].id, Oid::hash_object(ObjectType::Blob, b"hello\n").unwrap());
+        let written = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, true).unwrap();
+        assert_eq!(written.files[0].id, files.files[0].id);
+        assert!(repo.find_blob(written.files[0].id).is_ok());
+    }
 }

@@ -6,7 +6,7 @@ use crate::support::*;
 fn templates_lists_the_builtin_default_with_its_origin() {
     let env = Env::new();
     let out = env.ok(&["templates"]);
-    let shell = out.lines().find(|l| l.starts_with("shell ")).unwrap_or_else(|| panic!("{out}"));
+    let shell = out.lines().find(|l| l.trim_start().starts_with("shell ")).unwrap_or_else(|| panic!("{out}"));
     assert!(shell.contains("built-in"), "{shell}");
     let json = env.json(&["templates", "--json"]);
     assert!(json.as_array().unwrap().iter().any(|t| t["name"] == "shell" && t["origin"]["kind"] == "builtin"));

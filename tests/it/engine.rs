@@ -72,7 +72,7 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
     assert_eq!(status["container"]["state"], "exited", "{status}");
     let text = env.ok(&["status", &name]);
     assert!(text.contains("status:     exited") && text.contains("1 commit ahead"), "{text}");
-    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n", "a stopped sandbox is whole, not garbage");
+    assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "a stopped sandbox is whole, not garbage");
 
     // It is still a working sandbox, and `down` keeps every byte of the work.
     env.ok(&["start", &name]);
@@ -126,5 +126,5 @@ fn engine_crash_in_the_middle_of_up_leaves_a_broken_sandbox_that_down_finishes()
     env.ok(&["down", &name]);
     env.assert_nothing_left();
     assert_eq!(repo_state_but_archives(&repo), before);
-    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
+    assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]));
 }

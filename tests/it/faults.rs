@@ -50,7 +50,7 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
             if *step == "ready" {
                 // Killed after its last step: a whole sandbox, which gc leaves alone.
                 assert_eq!(list[0]["status"], "running", "{mode}/{step}: {list}");
-                assert_eq!(env.ok(&["gc", "--force"]), "nothing to clean up\n", "{mode}/{step}");
+                assert_eq!(env.json(&["gc", "--force", "--json"]), serde_json::json!([]), "{mode}/{step}");
                 env.ok(&["down", &name]);
             } else {
                 assert_eq!(list[0]["status"], "broken", "{mode}/{step}: {list}");
@@ -69,7 +69,7 @@ fn sigkill_after_any_step_of_up_then_gc_force_leaves_nothing() {
                 assert_eq!(repo_state(&repo), before, "{mode}/{step}: the repository is as it was");
             }
             assert!(!env.home.join("workspaces").join(&name).exists());
-            assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
+            assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]));
         }
     }
 }
@@ -327,5 +327,5 @@ fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothi
             }
         }
     }
-    assert_eq!(env.ok(&["gc"]), "nothing to clean up\n");
+    assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]));
 }

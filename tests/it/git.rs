@@ -69,11 +69,11 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
     assert_eq!(git(&repo, &["log", "--format=%s", "-1", "forage-agent"]), "agent work\n");
     assert!(env.ok(&["sync", "agent"]).contains("up to date"));
 
-    let out = env.ok(&["down", "agent"]);
-    assert!(
-        out.contains("1 commit") && out.contains("3 uncommitted files") && out.contains("forage-ctl restore agent"),
-        "{out}"
-    );
+    let down = env.run(&["down", "agent"]);
+    assert!(down.status.success(), "{}", describe(&down));
+    let (out, hints) = (String::from_utf8_lossy(&down.stdout), String::from_utf8_lossy(&down.stderr));
+    assert!(out.contains("1 commit") && out.contains("3 uncommitted files"), "{out}");
+    assert!(hints.contains("hint: restore it with `forage-ctl restore agent`"), "{hints}");
 
     // Nothing left: container, worktree registration, branch, record, directory.
     env.assert_nothing_left_but_archives();

@@ -60,11 +60,14 @@ fn the_search_path_is_env_then_user_then_etc_then_builtin() {
     let listed = String::from_utf8_lossy(&listed.stdout);
     for builtin in ["shell", "review", "claude", "codex", "aider", "opencode"] {
         assert!(
-            listed.lines().any(|l| l.starts_with(&format!("{builtin} ")) && l.ends_with("built-in")),
+            listed.lines().any(|l| l.trim_start().starts_with(&format!("{builtin} ")) && l.ends_with("built-in")),
             "{builtin}: {listed}"
         );
     }
-    assert!(listed.lines().any(|l| l.starts_with(&name) && l.ends_with(etc.0.to_str().unwrap())), "{listed}");
+    assert!(
+        listed.lines().any(|l| l.trim_start().starts_with(&name) && l.ends_with(etc.0.to_str().unwrap())),
+        "{listed}"
+    );
 }
 
 #[test]

@@ -20,7 +20,7 @@ use super::super::untrusted::{remove_created_dir, Dir, Kind};
 use crate::error::{Error, Result};
 
 fn err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(format!("importing the agent's commits: {e}"))
+    Error::workspace(format!("importing the agent's commits: {e}"))
 }
 
 /// The largest object an import reads: each is read whole into memory, and a
@@ -39,49 +39,84 @@ pub struct Imported {
     pub change_ids: Vec<(Oid, String)>,
 }
 
+/// The agent's objects, placed where only forage writes: loose objects
+/// hard-linked (libgit2 reads them whole, so a later change by the agent is
+/// caught by the hash check), packs copied (libgit2 maps them, and a pack the
+/// agent truncated under the mapping would crash forage). Removed when dropped.
+pub struct Staged {
+    odb: Odb<'static>,
+    dir: std::path::PathBuf,
+    owner: std::path::PathBuf,
+}
+
+impl Staged {
+    /// Stages `private_objects` (the agent's `objects/`, if it has one) in
+    /// `staging`, a path forage owns.
+    pub fn new(private_objects: Option<&Dir>, staging: &Path) -> Result<Staged> {
+        let owner = staging.parent().ok_or_else(|| err("staging has no parent"))?.to_path_buf();
+        remove_created_dir(staging, &owner).map_err(err)?;
+        std::fs::create_dir(staging).map_err(err)?;
+        let staged = Staged { odb: Odb::new().map_err(err)?, dir: staging.to_path_buf(), owner };
+        if let Some(objects) = private_objects {
+            if stage(objects, &Dir::open(staging).map_err(err)?)? {
+                let path = staging.to_str().ok_or_else(|| err("FORAGE_HOME is not UTF-8"))?;
+                staged.odb.add_disk_alternate(path).map_err(err)?;
+            }
+        }
+        Ok(staged)
+    }
+
+    /// Imports everything `tips` reach that the host lacks, every object checked.
+    pub fn import(&self, host: &Repository, tips: &[Oid]) -> Result<Imported> {
+        self.walk(host, tips, true)
+    }
+
+    /// What `import` would bring, every object checked the same way, writing
+    /// nothing to the host.
+    pub fn look(&self, host: &Repository, tips: &[Oid]) -> Result<Imported> {
+        self.walk(host, tips, false)
+    }
+
+    fn walk(&self, host: &Repository, tips: &[Oid], write: bool) -> Result<Imported> {
+        let host_odb = host.odb().map_err(err)?;
+        if let Some(missing) = tips.iter().find(|t| !host_odb.exists(**t) && !self.odb.exists(**t)) {
+            return Err(err(format!(
+                "{missing} is in neither the agent's repository nor the host's; nothing was imported"
+            )));
+        }
+        copy_closure(&self.odb, &host_odb, tips, write)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Err(e) = remove_created_dir(&self.dir, &self.owner) {
+            tracing::warn!("removing {}: {e}", self.dir.display());
+        }
+    }
+}
+
 /// Imports everything `tips` reach that the host lacks. `private_objects` is the
 /// agent's `objects/` directory; `staging` a path forage owns (removed again).
 pub fn import(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
-    walk(host, private_objects, staging, tips, true)
-}
-
-/// What `import` would bring, every object checked the same way, writing
-/// nothing to the host.
-pub fn look(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
-    walk(host, private_objects, staging, tips, false)
-}
-
-fn walk(
-    host: &Repository,
-    private_objects: Option<&Dir>,
-    staging: &Path,
-    tips: &[Oid],
-    write: bool,
-) -> Result<Imported> {
-    let host_odb = host.odb().map_err(err)?;
-    if tips.iter().all(|t| host_odb.exists(*t)) {
+    if all_there(host, tips)? {
         return Ok(Imported::default());
     }
-    let Some(objects) = private_objects else {
-        return Err(err(format!(
-            "{} is not in the host repository and the agent's repository has no objects",
-            tips[0]
-        )));
-    };
-    let owner = staging.parent().ok_or_else(|| err("staging has no parent"))?;
-    remove_created_dir(staging, owner).map_err(err)?;
-    std::fs::create_dir(staging).map_err(err)?;
-    let result = (|| {
-        let staged = stage(objects, &Dir::open(staging).map_err(err)?)?;
-        let odb = Odb::new().map_err(err)?;
-        let path = staging.to_str().ok_or_else(|| err("FORAGE_HOME is not UTF-8"))?;
-        if staged {
-            odb.add_disk_alternate(path).map_err(err)?;
-        }
-        copy_closure(&odb, &host_odb, tips, write)
-    })();
-    remove_created_dir(staging, owner).map_err(err)?;
-    result
+    Staged::new(private_objects, staging)?.import(host, tips)
+}
+
+/// What `import` would bring, writing nothing to the host.
+pub fn look(host: &Repository, private_objects: Option<&Dir>, staging: &Path, tips: &[Oid]) -> Result<Imported> {
+    if all_there(host, tips)? {
+        return Ok(Imported::default());
+    }
+    Staged::new(private_objects, staging)?.look(host, tips)
+}
+
+/// The host has every tip already (and so everything they reach).
+fn all_there(host: &Repository, tips: &[Oid]) -> Result<bool> {
+    let odb = host.odb().map_err(err)?;
+    Ok(tips.iter().all(|t| odb.exists(*t)))
 }
 
 /// Places the private loose objects and packs into `into`; false if there were none.
@@ -110,8 +145,8 @@ fn stage(objects: &Dir, into: &Dir) -> Result<bool> {
                 continue;
             }
             // The index first: a pack without its index is ignored by libgit2.
-            if src.place_into(OsStr::new(&idx), &dst, OsStr::new(&idx)).map_err(err)? {
-                any |= src.place_into(&file, &dst, &file).map_err(err)?;
+            if src.copy_into(OsStr::new(&idx), &dst, OsStr::new(&idx)).map_err(err)? {
+                any |= src.copy_into(&file, &dst, &file).map_err(err)?;
             }
         }
     }
@@ -122,8 +157,22 @@ fn is_hex(s: &str) -> bool {
     s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// Deeper trees are refused, as git refuses them (`core.maxTreeDepth`).
+const MAX_TREE_DEPTH: usize = 4096;
+
+/// What an object must be, where it is referred to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A tag's target: anything.
+    Any,
+    Commit,
+    /// A tree, this many trees below its commit.
+    Tree(usize),
+    Blob,
+}
+
 enum Frame {
-    Visit(Oid),
+    Visit(Oid, Expect),
     Write(ObjectType, Vec<u8>, Oid),
 }
 
@@ -134,46 +183,18 @@ fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Impor
     let mut done: HashSet<Oid> = HashSet::new();
     let mut imported = Imported::default();
     let mut bytes = 0usize;
-    let mut stack: Vec<Frame> = tips.iter().map(|t| Frame::Visit(*t)).collect();
+    let mut stack: Vec<Frame> = tips.iter().map(|t| Frame::Visit(*t, Expect::Any)).collect();
     while let Some(frame) = stack.pop() {
         match frame {
-            Frame::Visit(id) => {
+            Frame::Visit(id, expect) => {
                 if done.contains(&id) || to.exists(id) {
                     continue;
                 }
-                let size = from.read_header(id).map(|(size, _)| size).unwrap_or(0);
-                if size > MAX_OBJECT_BYTES {
-                    return Err(err(format!(
-                        "object {id} in the agent's repository is {} MiB, more than the {} MiB forage imports; nothing was imported",
-                        size >> 20,
-                        MAX_OBJECT_BYTES >> 20
-                    )));
-                }
-                bytes += size;
-                if bytes > MAX_IMPORT_BYTES {
-                    return Err(err(format!(
-                        "the agent's new objects come to more than {} GiB, the most one import brings; nothing was imported",
-                        MAX_IMPORT_BYTES >> 30
-                    )));
-                }
-                let object = from.read(id).map_err(|e| {
-                    err(match from.exists(id) {
-                        // libgit2 checks the id of what it reads, too.
-                        true => format!("object {id} in the agent's repository does not match its id (forged or corrupt: {}); nothing was imported", e.message()),
-                        false => format!("object {id} is in neither the agent's repository nor the host's; nothing was imported"),
-                    })
-                })?;
-                let (kind, data) = (object.kind(), object.data().to_vec());
-                drop(object);
-                if Oid::hash_object(kind, &data).map_err(err)? != id {
-                    return Err(err(format!(
-                        "object {id} in the agent's repository does not match its id (forged or corrupt); nothing was imported"
-                    )));
-                }
-                let children = references(kind, &data)
+                let (kind, data) = read_checked(from, id, &mut bytes)?;
+                let children = references(kind, expect, &data)
                     .map_err(|why| err(format!("object {id} refused: {why}; nothing was imported")))?;
                 stack.push(Frame::Write(kind, data, id));
-                stack.extend(children.into_iter().map(Frame::Visit));
+                stack.extend(children.into_iter().map(|(child, expect)| Frame::Visit(child, expect)));
             }
             Frame::Write(kind, data, id) => {
                 if done.insert(id) {
@@ -195,40 +216,105 @@ fn copy_closure(from: &Odb, to: &Odb, tips: &[Oid], write: bool) -> Result<Impor
     Ok(imported)
 }
 
+/// Reads object `id`, bounded in size (each is read whole), and checks that its
+/// content hashes to its id; `bytes` counts what the import has read so far.
+fn read_checked(from: &Odb, id: Oid, bytes: &mut usize) -> Result<(ObjectType, Vec<u8>)> {
+    let size = from.read_header(id).map(|(size, _)| size).unwrap_or(0);
+    if size > MAX_OBJECT_BYTES {
+        return Err(err(format!(
+            "object {id} in the agent's repository is {} MiB, more than the {} MiB forage imports; nothing was imported",
+            size >> 20,
+            MAX_OBJECT_BYTES >> 20
+        )));
+    }
+    *bytes += size;
+    if *bytes > MAX_IMPORT_BYTES {
+        return Err(err(format!(
+            "the agent's new objects come to more than {} GiB, the most one import brings; nothing was imported",
+            MAX_IMPORT_BYTES >> 30
+        )));
+    }
+    let object = from.read(id).map_err(|e| {
+        err(match from.exists(id) {
+            // libgit2 checks the id of what it reads, too.
+            true => format!("object {id} in the agent's repository does not match its id (forged or corrupt: {}); nothing was imported", e.message()),
+            false => format!("object {id} is in neither the agent's repository nor the host's; nothing was imported"),
+        })
+    })?;
+    let (kind, data) = (object.kind(), object.data().to_vec());
+    if Oid::hash_object(kind, &data).map_err(err)? != id {
+        return Err(err(format!(
+            "object {id} in the agent's repository does not match its id (forged or corrupt); nothing was imported"
+        )));
+    }
+    Ok((kind, data))
+}
+
 /// The objects a commit, tree or tag refers to (a submodule's commit excepted),
-/// checking that it is well formed and that no tree entry is one git refuses.
-fn references(kind: ObjectType, data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
+/// each with what it must be; checking that this object is what it was expected
+/// to be, is well formed, and holds no tree entry git would refuse.
+fn references(kind: ObjectType, expect: Expect, data: &[u8]) -> std::result::Result<Vec<(Oid, Expect)>, String> {
+    let is = match expect {
+        Expect::Any => true,
+        Expect::Commit => kind == ObjectType::Commit,
+        Expect::Tree(_) => kind == ObjectType::Tree,
+        Expect::Blob => kind == ObjectType::Blob,
+    };
+    if !is {
+        return Err(format!(
+            "it is a {kind}, where a {} belongs",
+            match expect {
+                Expect::Commit => "commit",
+                Expect::Tree(_) => "tree",
+                _ => "blob",
+            }
+        ));
+    }
     match kind {
         ObjectType::Blob => Ok(Vec::new()),
-        ObjectType::Commit => {
-            let header = header_lines(data);
-            let mut out = Vec::new();
-            for (key, value) in header {
-                if key == "tree" || key == "parent" {
-                    out.push(hex_oid(value).ok_or_else(|| format!("bad {key} line"))?);
-                }
-                // jj keeps a conflicted commit's trees here: imported and
-                // checked like its tree (jj reads them as the commit's content).
-                if key == "jj:trees" {
-                    let trees: Option<Vec<Oid>> = value.split(' ').map(hex_oid).collect();
-                    match trees {
-                        Some(trees) if trees.len() >= 3 && trees.len() % 2 == 1 => out.extend(trees),
-                        _ => return Err("a bad jj:trees line".into()),
-                    }
-                }
-            }
-            if header_lines(data).next().is_none_or(|(k, _)| k != "tree") {
-                return Err("a commit must start with its tree".into());
-            }
-            Ok(out)
-        }
+        ObjectType::Commit => commit_references(data),
         ObjectType::Tag => {
             let object = header_lines(data).find(|(k, _)| *k == "object").ok_or("a tag without an object")?;
-            Ok(vec![hex_oid(object.1).ok_or("bad object line")?])
+            Ok(vec![(hex_oid(object.1).ok_or("bad object line")?, Expect::Any)])
         }
-        ObjectType::Tree => tree_entries(data),
+        ObjectType::Tree => {
+            let depth = match expect {
+                Expect::Tree(depth) => depth,
+                _ => 0,
+            };
+            if depth > MAX_TREE_DEPTH {
+                return Err(format!("trees nested more than {MAX_TREE_DEPTH} deep"));
+            }
+            tree_entries(data, depth)
+        }
         _ => Err("not a commit, tree, tag or blob".into()),
     }
+}
+
+fn commit_references(data: &[u8]) -> std::result::Result<Vec<(Oid, Expect)>, String> {
+    if header_lines(data).next().is_none_or(|(k, _)| k != "tree") {
+        return Err("a commit must start with its tree".into());
+    }
+    let mut out = Vec::new();
+    for (key, value) in header_lines(data) {
+        match key {
+            "tree" => out.push((hex_oid(value).ok_or("bad tree line")?, Expect::Tree(0))),
+            "parent" => out.push((hex_oid(value).ok_or("bad parent line")?, Expect::Commit)),
+            // jj keeps a conflicted commit's trees here: imported and checked like
+            // its tree (jj reads them as the commit's content).
+            "jj:trees" => {
+                let trees: Option<Vec<Oid>> = value.split(' ').map(hex_oid).collect();
+                match trees {
+                    Some(trees) if trees.len() >= 3 && trees.len() % 2 == 1 => {
+                        out.extend(trees.into_iter().map(|t| (t, Expect::Tree(0))))
+                    }
+                    _ => return Err("a bad jj:trees line".into()),
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// The first line of a commit's message.
@@ -249,8 +335,11 @@ fn hex_oid(s: &str) -> Option<Oid> {
     super::refs::parse_oid(s)
 }
 
-fn tree_entries(mut data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
+/// A tree's entries, `depth` trees below its commit: each name checked, in
+/// git's order (no two alike), and what each must be.
+fn tree_entries(mut data: &[u8], depth: usize) -> std::result::Result<Vec<(Oid, Expect)>, String> {
     let mut out = Vec::new();
+    let mut previous: Option<Vec<u8>> = None;
     while !data.is_empty() {
         let space = data.iter().position(|b| *b == b' ').ok_or("truncated tree entry")?;
         let mode = std::str::from_utf8(&data[..space]).map_err(|_| "bad mode")?;
@@ -261,14 +350,29 @@ fn tree_entries(mut data: &[u8]) -> std::result::Result<Vec<Oid>, String> {
         let id = Oid::from_bytes(id).map_err(|e| e.to_string())?;
         data = &rest[nul + 21..];
         check_entry_name(name, mode)?;
+        // git sorts a tree's entries as if a directory's name ended in '/'.
+        let mut key = name.to_vec();
+        if mode == "40000" {
+            key.push(b'/');
+        }
+        if previous.as_ref().is_some_and(|p| *p >= key) {
+            return Err(format!("its entries are out of order or repeated at {:?}", String::from_utf8_lossy(name)));
+        }
+        previous = Some(key);
         match mode {
-            "40000" | "100644" | "100755" | "100664" | "120000" => out.push(id),
+            "40000" => out.push((id, Expect::Tree(depth + 1))),
+            "100644" | "100755" | "100664" | "120000" => out.push((id, Expect::Blob)),
             // A submodule's commit lives in another repository.
             "160000" => {}
             other => return Err(format!("unknown tree entry mode {other}")),
         }
     }
     Ok(out)
+}
+
+/// `check_entry_name` for a file of the worktree (a symlink, or not).
+pub(crate) fn refused_name(name: &[u8], symlink: bool) -> std::result::Result<(), String> {
+    check_entry_name(name, if symlink { "120000" } else { "100644" })
 }
 
 /// The names git refuses to check out (`verify_path`), and `.jj`: a tree that
@@ -314,13 +418,27 @@ mod tests {
     fn trees_naming_a_git_directory_or_escaping_are_refused() {
         let id = Oid::from_str("1111111111111111111111111111111111111111").unwrap();
         let ok = tree(&[("100644", b"a.txt", id), ("40000", b"dir", id), ("160000", b"sub", id)]);
-        assert_eq!(references(ObjectType::Tree, &ok).unwrap(), vec![id, id]);
+        assert_eq!(
+            references(ObjectType::Tree, Expect::Tree(0), &ok).unwrap(),
+            vec![(id, Expect::Blob), (id, Expect::Tree(1))]
+        );
         for bad in [&b".git"[..], b".GIT", b".git.", b"git~1", b"..", b"a/b", b"", b".jj", b".JJ ", b".jj."] {
             let t = tree(&[("40000", bad, id)]);
-            assert!(references(ObjectType::Tree, &t).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(references(ObjectType::Tree, Expect::Tree(0), &t).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        assert!(references(ObjectType::Tree, &tree(&[("120000", b".gitmodules", id)])).is_err());
-        assert!(references(ObjectType::Tree, &ok[..ok.len() - 3]).is_err(), "truncated");
+        assert!(references(ObjectType::Tree, Expect::Tree(0), &tree(&[("120000", b".gitmodules", id)])).is_err());
+        assert!(references(ObjectType::Tree, Expect::Tree(0), &ok[..ok.len() - 3]).is_err(), "truncated");
+        // Out of order, repeated, too deep, or not what its referrer expected.
+        let unsorted = tree(&[("100644", b"b", id), ("100644", b"a", id)]);
+        assert!(references(ObjectType::Tree, Expect::Tree(0), &unsorted).is_err());
+        let twice = tree(&[("100644", b"a", id), ("100644", b"a", id)]);
+        assert!(references(ObjectType::Tree, Expect::Tree(0), &twice).is_err());
+        // "a" as a directory sorts as "a/", after "a.txt".
+        let dir_order = tree(&[("100644", b"a.txt", id), ("40000", b"a", id)]);
+        assert!(references(ObjectType::Tree, Expect::Tree(0), &dir_order).is_ok());
+        assert!(references(ObjectType::Tree, Expect::Tree(MAX_TREE_DEPTH + 1), &ok).is_err());
+        assert!(references(ObjectType::Blob, Expect::Tree(0), b"not a tree").is_err());
+        assert!(references(ObjectType::Blob, Expect::Commit, b"x").is_err());
     }
 
     #[test]
@@ -328,16 +446,23 @@ mod tests {
         let t = "1111111111111111111111111111111111111111";
         let p = "2222222222222222222222222222222222222222";
         let commit = format!("tree {t}\nparent {p}\nauthor a <a> 1 +0000\n\nmessage\nparent {t}\n");
-        let refs = references(ObjectType::Commit, commit.as_bytes()).unwrap();
-        assert_eq!(refs, vec![Oid::from_str(t).unwrap(), Oid::from_str(p).unwrap()]);
-        assert!(references(ObjectType::Commit, format!("parent {p}\ntree {t}\n\n").as_bytes()).is_err());
+        let refs = references(ObjectType::Commit, Expect::Commit, commit.as_bytes()).unwrap();
+        assert_eq!(
+            refs,
+            vec![(Oid::from_str(t).unwrap(), Expect::Tree(0)), (Oid::from_str(p).unwrap(), Expect::Commit)]
+        );
+        assert!(references(ObjectType::Commit, Expect::Any, format!("parent {p}\ntree {t}\n\n").as_bytes()).is_err());
         // jj's conflicted trees are referred to (and so imported and checked).
         let conflicted = format!("tree {t}\njj:trees {t} {p} {t}\n\nconflict\n");
-        assert_eq!(references(ObjectType::Commit, conflicted.as_bytes()).unwrap().len(), 4);
+        assert_eq!(references(ObjectType::Commit, Expect::Any, conflicted.as_bytes()).unwrap().len(), 4);
         for bad in [format!("{t} {p}"), t.to_string(), "zz".into()] {
-            assert!(references(ObjectType::Commit, format!("tree {t}\njj:trees {bad}\n\nx").as_bytes()).is_err());
+            assert!(references(ObjectType::Commit, Expect::Any, format!("tree {t}\njj:trees {bad}\n\nx").as_bytes())
+                .is_err());
         }
         let tag = format!("object {p}\ntype commit\ntag v1\n\nmsg");
-        assert_eq!(references(ObjectType::Tag, tag.as_bytes()).unwrap(), vec![Oid::from_str(p).unwrap()]);
+        assert_eq!(
+            references(ObjectType::Tag, Expect::Any, tag.as_bytes()).unwrap(),
+            vec![(Oid::from_str(p).unwrap(), Expect::Any)]
+        );
     }
 }

@@ -25,8 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known};
-use super::{commit_line, AtStake};
+use super::{commit_line, AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
 use crate::error::{Error, Result};
+use crate::host_paths::Guard;
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
 use private::PrivateRepo;
@@ -36,7 +37,7 @@ use refs::{Head, PrivateRefs};
 pub const ARCHIVE_PREFIX: &str = "refs/forage/archive";
 
 fn ws_err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(e.to_string())
+    Error::workspace(e.to_string())
 }
 
 /// A git-worktree sandbox as its record remembers it.
@@ -78,81 +79,23 @@ impl GitRequest {
         worktree_path: PathBuf,
         private_dir: PathBuf,
     ) -> Result<Self> {
-        let shown = raw.display();
-        if !raw.exists() {
-            return Err(ws_err(format!("repository path {shown:?} does not exist; pass the path of a git repository")));
-        }
-        super::ensure_readable(raw)?;
-        let repo = Repository::discover(raw).map_err(|_| {
-            ws_err(format!(
-                "{shown:?} is not inside a git repository; run `git init` there first, or mount it as it is with --workspace"
-            ))
-        })?;
-        let top = match repo.workdir() {
-            Some(w) => w.to_path_buf(),
-            None => repo.path().to_path_buf(),
-        };
-        let top = top.canonicalize().map_err(ws_err)?;
-        if repo.is_shallow() {
-            return Err(ws_err(format!(
-                "{} is a shallow clone; forage needs the whole history to check the agent's commits (`git -C {:?} fetch --unshallow`)",
-                top.display(),
-                top
-            )));
-        }
+        let (repo, top) = open_repository(raw)?;
         let common_dir = repo.commondir().canonicalize().map_err(ws_err)?;
-
-        let (base_commit, base_ref) = match base {
-            Some(rev) => {
-                let obj = repo.revparse_single(rev).map_err(|_| {
-                    ws_err(format!(
-                        "--base {rev:?} names no commit in {}; pass a branch, tag or commit id",
-                        top.display()
-                    ))
-                })?;
-                let commit = obj.peel_to_commit().map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
-                let full =
-                    repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().ok().map(str::to_owned));
-                (commit, full.filter(|n| n.starts_with("refs/heads/")))
-            }
-            None => {
-                let head = repo.head().map_err(|e| match e.code() {
-                    ErrorCode::UnbornBranch | ErrorCode::NotFound => ws_err(format!(
-                        "repository {} has no commits yet; make a first commit (`git -C {:?} commit --allow-empty -m init`) or pass --base",
-                        top.display(),
-                        top
-                    )),
-                    _ => ws_err(format!("cannot read HEAD of {}: {e}", top.display())),
-                })?;
-                let commit = head.peel_to_commit().map_err(ws_err)?;
-                let name = head.is_branch().then(|| head.name().ok().map(str::to_owned)).flatten();
-                (commit, name)
-            }
-        };
-
-        let given_branch = branch.is_some();
-        let branch = branch.map(str::to_owned).unwrap_or_else(|| name.branch());
-        if !git2::Branch::name_is_valid(&branch).unwrap_or(false) {
-            return Err(Error::Usage(match given_branch {
-                true => format!("--branch {branch:?} is not a valid git branch name"),
-                false => format!(
-                    "sandbox name {:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch", name.as_str()
-                ),
-            }));
-        }
+        let (base_commit, base_ref) = resolve_base(&repo, &top, base)?;
+        let branch = branch_name(branch, name)?;
         if repo.find_branch(&branch, BranchType::Local).is_ok() {
-            return Err(Error::Conflict(format!(
-                "branch {branch:?} already exists in {}; pass --branch with another name, or delete it first (`git -C {:?} branch -D {branch}`) if nothing on it is needed",
-                top.display(),
-                top
+            return Err(Error::conflict(format!("branch {branch:?} already exists in {}", top.display())).hint(format!(
+                "pass --branch with another name, or delete it first (`git -C {top:?} branch -D {branch}`) if nothing on it is needed"
             )));
         }
         let worktree_id = name.branch();
         if common_dir.join("worktrees").join(&worktree_id).exists() {
-            return Err(Error::Conflict(format!(
-                "{} already has a worktree named {worktree_id}, made by a sandbox of this name in another FORAGE_HOME or left over; `git -C {:?} worktree list` shows where it is checked out: remove it only once nothing there is needed, or pick another sandbox name",
-                top.display(),
-                top
+            return Err(Error::conflict(format!(
+                "{} already has a worktree named {worktree_id}, made by a sandbox of this name in another FORAGE_HOME or left over",
+                top.display()
+            ))
+            .hint(format!(
+                "`git -C {top:?} worktree list` shows where it is checked out: remove it only once nothing there is needed, or pick another sandbox name"
             )));
         }
         super::ensure_workspace_dir_free(&worktree_path, name)?;
@@ -164,12 +107,72 @@ impl GitRequest {
                 path: worktree_path,
                 branch,
                 worktree_id,
-                base: base_commit.id().to_string(),
+                base: base_commit.to_string(),
                 base_ref,
                 private: Some(private_dir),
             },
         })
     }
+}
+
+/// The repository around `raw`, and its top directory (or, bare, itself).
+fn open_repository(raw: &Path) -> Result<(Repository, PathBuf)> {
+    let shown = raw.display();
+    if !raw.exists() {
+        return Err(ws_err(format!("repository path {shown:?} does not exist; pass the path of a git repository")));
+    }
+    super::ensure_readable(raw)?;
+    let repo = Repository::discover(raw).map_err(|_| {
+        ws_err(format!(
+            "{shown:?} is not inside a git repository; run `git init` there first, or mount it as it is with --workspace"
+        ))
+    })?;
+    let top = repo.workdir().unwrap_or_else(|| repo.path()).canonicalize().map_err(ws_err)?;
+    if repo.is_shallow() {
+        return Err(ws_err(format!(
+            "{} is a shallow clone; forage needs the whole history to check the agent's commits (`git -C {top:?} fetch --unshallow`)",
+            top.display()
+        )));
+    }
+    Ok((repo, top))
+}
+
+/// The commit the branch starts from (`base`, else HEAD), and the branch it
+/// was on, if any.
+fn resolve_base(repo: &Repository, top: &Path, base: Option<&str>) -> Result<(Oid, Option<String>)> {
+    if let Some(rev) = base {
+        let obj = repo.revparse_single(rev).map_err(|_| {
+            ws_err(format!("--base {rev:?} names no commit in {}; pass a branch, tag or commit id", top.display()))
+        })?;
+        let commit = obj.peel_to_commit().map_err(|_| ws_err(format!("--base {rev:?} is not a commit")))?;
+        let full = repo.resolve_reference_from_short_name(rev).ok().and_then(|r| r.name().ok().map(str::to_owned));
+        return Ok((commit.id(), full.filter(|n| n.starts_with("refs/heads/"))));
+    }
+    let head = repo.head().map_err(|e| match e.code() {
+        ErrorCode::UnbornBranch | ErrorCode::NotFound => ws_err(format!(
+            "repository {} has no commits yet; make a first commit (`git -C {top:?} commit --allow-empty -m init`) or pass --base",
+            top.display()
+        )),
+        _ => ws_err(format!("cannot read HEAD of {}: {e}", top.display())),
+    })?;
+    let commit = head.peel_to_commit().map_err(ws_err)?;
+    let name = head.is_branch().then(|| head.name().ok().map(str::to_owned)).flatten();
+    Ok((commit.id(), name))
+}
+
+/// `--branch`, else `forage-<name>`, if git allows it.
+fn branch_name(given: Option<&str>, name: &SandboxName) -> Result<String> {
+    let branch = given.map(str::to_owned).unwrap_or_else(|| name.branch());
+    if git2::Branch::name_is_valid(&branch).unwrap_or(false) {
+        return Ok(branch);
+    }
+    Err(Error::usage(match given {
+        Some(_) => format!("--branch {branch:?} is not a valid git branch name"),
+        None => format!(
+            "sandbox name {:?} makes the branch name {branch:?}, which git does not allow; pick another name or pass --branch",
+            name.as_str()
+        ),
+    }))
 }
 
 /// How the agent's branch fared in a sync.
@@ -243,6 +246,12 @@ impl GitWorkspace {
         opts.reference(Some(&reference));
         repo.worktree(&self.worktree_id, &self.path, Some(&opts))
             .map_err(|e| ws_err(format!("adding worktree {} of {}: {e}", self.path.display(), self.repo.display())))?;
+        if let Some(view) = self.view()? {
+            let mut index = view.index().map_err(ws_err)?;
+            if hide_submodules(&mut index)? {
+                index.write().map_err(ws_err)?;
+            }
+        }
         Ok(())
     }
 
@@ -266,10 +275,10 @@ impl GitWorkspace {
 
     /// The mounts that make /workspace a git checkout of the private repository.
     /// A sandbox made before private repositories gets its worktree alone.
-    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
+    pub fn bind_mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
         let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
         if let (Some(private), Ok(repo)) = (self.private_repo(), self.open()) {
-            mounts.extend(private.mounts(&repo, read_only));
+            mounts.extend(private.mounts(&repo, read_only, guard));
         }
         mounts
     }
@@ -369,19 +378,19 @@ impl GitWorkspace {
     /// descends from): commits made on the host's side of the branch are never
     /// dropped. When both moved, nothing moves and the error says so; `down`
     /// then archives both.
-    pub fn sync(&self) -> Result<SyncReport> {
+    pub fn sync_to_host(&self) -> Result<SyncReport> {
         let (report, outcome) = self.sync_branch()?;
         match outcome {
             BranchSync::Done => Ok(report),
-            BranchSync::Refused(why) => Err(Error::Workspace(why)),
-            BranchSync::Diverged(agent_tip) => Err(Error::Conflict(format!(
-                "branch {} was changed in {} since the last sync, and the agent committed too ({}); nothing was moved: merge or reset one side (`git -C {:?} log {}` shows the host's), or `forage-ctl down` archives both",
+            BranchSync::Refused(why) => Err(Error::workspace(why)),
+            BranchSync::Diverged(agent_tip) => Err(Error::conflict(format!(
+                "branch {} was changed in {} since the last sync, and the agent committed too ({}); nothing was moved",
                 self.branch,
                 self.repo.display(),
                 &agent_tip.to_string()[..12],
-                self.repo,
-                self.branch
-            ))),
+            ))
+            .hint(format!("merge or reset one side (`git -C {:?} log {}` shows the host's)", self.repo, self.branch))
+            .hint_run("or {command} archives both", ["down"])),
         }
     }
 
@@ -448,12 +457,13 @@ impl GitWorkspace {
         let tree = repo.find_commit(tip).and_then(|c| c.tree()).map_err(ws_err)?;
         let mut index = view.index().map_err(ws_err)?;
         index.read_tree(&tree).map_err(ws_err)?;
+        hide_submodules(&mut index)?;
         index.write().map_err(ws_err)
     }
 
     /// Refreshes the agent's view of the host's branches (after another
     /// sandbox's sync moved one).
-    pub fn refresh_view_of_host(&self) -> Result<()> {
+    pub fn refresh_origin(&self) -> Result<()> {
         match self.private_repo() {
             Some(private) if private.dir.join("remotes").is_dir() => private.refresh_remotes(&self.open()?),
             _ => Ok(()),
@@ -498,7 +508,7 @@ impl GitWorkspace {
     /// What only this sandbox holds (see `AtStake`), reading everything and
     /// changing nothing: the host's branch as it is, the agent's repository
     /// checked as `sync` would check it.
-    pub fn at_stake(&self) -> Result<AtStake> {
+    pub fn stake(&self) -> Result<AtStake> {
         let repo = self.open()?;
         let mut out = AtStake::default();
         if let Some(tip) = self.tip(&repo) {
@@ -508,25 +518,26 @@ impl GitWorkspace {
             }
         }
         if let Some((private, git, refs)) = self.private_refs()? {
-            let mut places: Vec<(String, Oid)> =
-                refs.branches.iter().map(|(b, id)| (format!("branch {b}"), *id)).collect();
-            if let Head::Detached(id) = refs.head {
-                places.push(("detached HEAD".into(), id));
+            let (mut places, left_out) = places_in(&refs, None);
+            if let Some(tip) = refs.branches.get(&self.branch) {
+                places.insert(0, Place { slug: String::new(), source: format!("branch {}", self.branch), tip: *tip });
             }
-            places.extend(refs.stash.iter().enumerate().map(|(i, id)| (format!("stash@{{{i}}}"), *id)));
-            let objects = git.dir("objects").map_err(ws_err)?;
+            let staged = import::Staged::new(git.dir("objects").map_err(ws_err)?.as_ref(), &private.staging())?;
             let mut seen = std::collections::HashSet::new();
-            for (place, tip) in places {
-                match import::look(&repo, objects.as_ref(), &private.staging(), &[tip]) {
+            for place in places {
+                match staged.look(&repo, &[place.tip]) {
                     Ok(found) => out.unsynced.extend(
                         found
                             .commits
                             .iter()
                             .filter(|(id, _)| seen.insert(*id))
-                            .map(|(id, s)| format!("{place}: {}", commit_line(*id, s))),
+                            .map(|(id, s)| format!("{}: {}", place.source, commit_line(*id, s))),
                     ),
-                    Err(e) => out.unsynced.push(format!("{place}: unreadable ({e})")),
+                    Err(e) => out.unsynced.push(format!("{}: unreadable ({e})", place.source)),
                 }
+            }
+            if left_out > 0 {
+                out.unsynced.push(format!("{left_out} more branches and stashes, not looked at"));
             }
         }
         out.files = self.dirty_files()?;
@@ -567,57 +578,99 @@ impl GitWorkspace {
     /// uncommitted files on top of its tip, or the tip itself if it holds commits
     /// found on no other branch. Returns the archives made, the branch's last.
     ///
-    /// Commits the import refuses (a forged object, a tree git would not check
-    /// out) are listed as not archived, and the rest is still kept: the files of
-    /// the worktree always are, so an agent cannot make `down` lose them by
-    /// breaking its own repository.
-    pub fn archive(&self, name: &SandboxName, timestamp: &str) -> Result<ArchiveOutcome> {
+    /// Whatever cannot be kept (commits the import refuses, a place whose archive
+    /// ref cannot be written, files git cannot store) is listed as not archived,
+    /// and the rest is still kept: the files of the worktree always are, so an
+    /// agent cannot make `down` lose them by breaking its own repository.
+    pub fn archive_work(&self, name: &SandboxName, timestamp: &str) -> Result<ArchiveOutcome> {
         let repo = self.open()?;
         let mut out = ArchiveOutcome::default();
-        let (_, synced) = self.sync_branch()?;
-        if let Some((private, git, refs)) = self.private_refs()? {
-            let mut elsewhere: Vec<(String, String, Oid)> = Vec::new();
-            match synced {
-                BranchSync::Done => {}
-                BranchSync::Diverged(tip) => {
-                    elsewhere.push(("sandbox-branch".into(), format!("branch {} in the sandbox", self.branch), tip))
-                }
-                BranchSync::Refused(why) => out.not_archived.push(NotArchived {
-                    source: format!("commits on branch {} since the last sync", self.branch),
-                    why,
-                }),
-            }
-            if let Head::Detached(id) = refs.head {
-                elsewhere.push(("head".into(), "detached HEAD".into(), id));
-            }
-            for (b, id) in refs.branches.iter().filter(|(b, _)| **b != self.branch) {
-                elsewhere.push((format!("branch-{b}"), format!("branch {b}"), *id));
-            }
-            for (i, id) in refs.stash.iter().enumerate() {
-                elsewhere.push((format!("stash-{i}"), format!("stash@{{{i}}}"), *id));
-            }
-            for (slug, source, tip) in elsewhere {
-                if let Err(e) = self.import(&repo, &private, &git, &[tip]) {
-                    out.not_archived.push(NotArchived { source, why: e.to_string() });
-                    continue;
-                }
-                let commits = self.commits_on_no_branch(&repo, tip, None)?.len();
-                if commits > 0 {
-                    let refname =
-                        archive_ref(&repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{slug}"), tip, name)?;
-                    let commit = tip.to_string();
-                    out.archived.push(Archived {
-                        refname,
-                        commit,
-                        commits,
-                        dirty_files: Vec::new(),
-                        source: Some(source),
-                    });
-                }
+        // The agent is gone: give the user back what it locked them out of.
+        if let Some(dir) = &self.private {
+            if let Ok(private) = Dir::open(dir) {
+                super::untrusted::restore_permissions(&private).map_err(ws_err)?;
             }
         }
+        let (_, synced) = self.sync_branch()?;
+        self.archive_elsewhere(&repo, synced, name, timestamp, &mut out)?;
+        self.archive_branch(&repo, name, timestamp, &mut out)?;
+        Ok(out)
+    }
 
-        let tip = self.tip(&repo);
+    /// Archives the work in the agent's repository outside its branch (and its
+    /// branch too, when the host's moved since the last sync).
+    fn archive_elsewhere(
+        &self,
+        repo: &Repository,
+        synced: BranchSync,
+        name: &SandboxName,
+        timestamp: &str,
+        out: &mut ArchiveOutcome,
+    ) -> Result<()> {
+        let Some((private, git, refs)) = self.private_refs()? else { return Ok(()) };
+        let (mut places, left_out) = places_in(&refs, Some(&self.branch));
+        match synced {
+            BranchSync::Done => {}
+            BranchSync::Diverged(tip) => places.insert(
+                0,
+                Place { slug: "sandbox-branch".into(), source: format!("branch {} in the sandbox", self.branch), tip },
+            ),
+            BranchSync::Refused(why) => out
+                .not_archived
+                .push(NotArchived { source: format!("commits on branch {} since the last sync", self.branch), why }),
+        }
+        if left_out > 0 {
+            out.not_archived.push(NotArchived {
+                source: format!("{left_out} more branches and stashes"),
+                why: format!("more than {MAX_PLACES} places in the agent's repository"),
+            });
+        }
+        let staged = import::Staged::new(git.dir("objects").map_err(ws_err)?.as_ref(), &private.staging())?;
+        for place in places {
+            if let Err(e) = self.archive_place(repo, &staged, &place, name, timestamp, out) {
+                out.not_archived.push(NotArchived { source: place.source, why: e.to_string() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Imports what `place` reaches and, if any of it is on no host branch,
+    /// points an archive ref at it.
+    fn archive_place(
+        &self,
+        repo: &Repository,
+        staged: &import::Staged,
+        place: &Place,
+        name: &SandboxName,
+        timestamp: &str,
+        out: &mut ArchiveOutcome,
+    ) -> Result<()> {
+        staged.import(repo, &[place.tip])?;
+        let commits = self.commits_on_no_branch(repo, place.tip, None)?.len();
+        if commits > 0 {
+            let wanted = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{}", place.slug);
+            let refname = archive_ref(repo, &wanted, place.tip, name)?;
+            out.archived.push(Archived {
+                refname,
+                commit: place.tip.to_string(),
+                commits,
+                dirty_files: Vec::new(),
+                source: Some(place.source.clone()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Archives the sandbox's branch: the worktree's uncommitted files as a
+    /// commit on its tip, or the tip if it holds commits no other branch has.
+    fn archive_branch(
+        &self,
+        repo: &Repository,
+        name: &SandboxName,
+        timestamp: &str,
+        out: &mut ArchiveOutcome,
+    ) -> Result<()> {
+        let tip = self.tip(repo);
         let unique = self.unique_commits()?;
         let (dirty, tree) = match self.view()? {
             Some(view) => {
@@ -625,23 +678,23 @@ impl GitWorkspace {
                 let files = worktree_files::read(&view, &self.path, Known::Index(index), true)?;
                 let parent_tree =
                     tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
-                let dirty = files.changed_since(&repo, parent_tree.as_ref())?;
-                let tree = if dirty.is_empty() { None } else { Some(files.write_tree(&repo)?) };
-                for path in files.skipped {
-                    out.not_archived.push(NotArchived { source: path, why: "not a file, symlink or directory".into() });
+                let dirty = files.changed_since(repo, parent_tree.as_ref())?;
+                let tree = if dirty.is_empty() { None } else { Some(files.write_tree(repo)?) };
+                for (source, why) in files.skipped {
+                    out.not_archived.push(NotArchived { source, why });
                 }
                 (dirty, tree)
             }
             None => (Vec::new(), None),
         };
         if tree.is_none() && unique == 0 {
-            return Ok(out);
+            return Ok(());
         }
         let target = match tree {
-            Some(tree) => self.commit_files(&repo, tree, tip.or_else(|| Oid::from_str(&self.base).ok()), name)?,
+            Some(tree) => self.commit_files(repo, tree, tip.or_else(|| Oid::from_str(&self.base).ok()), name)?,
             None => tip.ok_or_else(|| ws_err("branch vanished while archiving"))?,
         };
-        let refname = archive_ref(&repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"), target, name)?;
+        let refname = archive_ref(repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"), target, name)?;
         out.archived.push(Archived {
             refname,
             commit: target.to_string(),
@@ -649,7 +702,7 @@ impl GitWorkspace {
             dirty_files: dirty,
             source: None,
         });
-        Ok(out)
+        Ok(())
     }
 
     /// A commit of `tree` (the worktree's files) as a child of `parent`, touching
@@ -665,6 +718,153 @@ impl GitWorkspace {
         );
         repo.commit(None, &sig, &sig, &message, &tree, &parents).map_err(ws_err)
     }
+}
+
+impl Workspace for GitWorkspace {
+    fn mode(&self) -> Mode {
+        Mode::GitWorktree
+    }
+
+    fn host_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn branch(&self) -> Option<&str> {
+        Some(&self.branch)
+    }
+
+    fn repository_lock(&self) -> Option<&Path> {
+        Some(&self.common_dir)
+    }
+
+    fn repository(&self) -> Option<&Path> {
+        Some(&self.repo)
+    }
+
+    fn is_legacy(&self) -> bool {
+        self.private.is_none()
+    }
+
+    fn mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
+        self.bind_mounts(read_only, guard)
+    }
+
+    fn check_host_paths(&self, guard: &Guard) -> Result<()> {
+        match Repository::open(&self.common_dir) {
+            Ok(host) => private::check_object_dirs(&host, guard),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn agent_env(&self) -> Vec<(String, String)> {
+        identity_env(&self.repo)
+    }
+
+    fn parts(&self) -> &'static [Part] {
+        &[Part::GitBranch, Part::GitWorktree, Part::PrivateRepo]
+    }
+
+    fn make(&self, part: Part) -> Result<()> {
+        match part {
+            Part::GitBranch => self.create_branch(),
+            Part::GitWorktree => self.add_worktree(),
+            Part::PrivateRepo => self.create_private(),
+            Part::JjRepository => Ok(()),
+        }
+    }
+
+    fn unmake(&self, part: Part, scope: &Scope) -> Result<()> {
+        match part {
+            Part::GitBranch if scope.keep_branch => Ok(()),
+            Part::GitBranch => self.delete_branch(),
+            Part::GitWorktree => self.remove_worktree(&scope.workspaces_dir),
+            Part::PrivateRepo => self.remove_private(&scope.private_dir),
+            Part::JjRepository => Ok(()),
+        }
+    }
+
+    fn sync(&self, _inside: Option<Inside>) -> Result<Synced> {
+        self.sync_to_host().map(Synced::Git)
+    }
+
+    fn at_stake(&self, _inside: Option<Inside>) -> Result<Option<AtStake>> {
+        self.stake().map(Some)
+    }
+
+    fn archive(&self, name: &SandboxName, timestamp: &str, _inside: Option<Inside>) -> Result<ArchiveOutcome> {
+        self.archive_work(name, timestamp)
+    }
+
+    fn status(&self) -> Result<Option<WorkspaceStatus>> {
+        let (ahead, behind) = self.ahead_behind()?.unwrap_or((0, 0));
+        Ok(Some(WorkspaceStatus {
+            branch: self.branch.clone(),
+            base: self.base.clone(),
+            base_ref: self.base_ref.clone(),
+            ahead,
+            behind,
+            dirty: self.dirty_files()?,
+        }))
+    }
+
+    fn refresh_view_of_host(&self) -> Result<()> {
+        self.refresh_origin()
+    }
+}
+
+/// Marks every submodule (gitlink) entry of the host view's index
+/// `skip-worktree`, so that git on the host never looks into the submodule's
+/// directory in the worktree: the agent can put a `.git` there, whose config
+/// (`core.fsmonitor`) the user's `git status` would run. True if any was marked.
+fn hide_submodules(index: &mut git2::Index) -> Result<bool> {
+    const EXTENDED: u16 = 0x4000;
+    const SKIP_WORKTREE: u16 = 1 << 14;
+    let gitlinks: Vec<git2::IndexEntry> =
+        index.iter().filter(|e| e.mode == 0o160000 && e.flags_extended & SKIP_WORKTREE == 0).collect();
+    let any = !gitlinks.is_empty();
+    for mut entry in gitlinks {
+        entry.flags |= EXTENDED;
+        entry.flags_extended |= SKIP_WORKTREE;
+        index.add(&entry).map_err(ws_err)?;
+    }
+    Ok(any)
+}
+
+/// At most this many places (branches, stashes) of the agent's repository are
+/// looked at or archived: the agent chooses how many there are.
+const MAX_PLACES: usize = 256;
+
+/// A place in the agent's repository where its work may be.
+struct Place {
+    /// What its archive ref is named after: `head`, `branch-NAME`, `stash-N`.
+    slug: String,
+    /// How `down` names it: "detached HEAD", "branch NAME", "stash@{N}".
+    source: String,
+    tip: Oid,
+}
+
+/// The detached HEAD, the branches but `except`, and the stashes in `refs`, at
+/// most `MAX_PLACES`; and how many more there were.
+fn places_in(refs: &PrivateRefs, except: Option<&str>) -> (Vec<Place>, usize) {
+    let mut places = Vec::new();
+    if let Head::Detached(id) = refs.head {
+        places.push(Place { slug: "head".into(), source: "detached HEAD".into(), tip: id });
+    }
+    for (b, id) in refs.branches.iter().filter(|(b, _)| Some(b.as_str()) != except) {
+        places.push(Place { slug: format!("branch-{}", ref_safe(b)), source: format!("branch {b}"), tip: *id });
+    }
+    for (i, id) in refs.stash.iter().enumerate() {
+        places.push(Place { slug: format!("stash-{i}"), source: format!("stash@{{{i}}}"), tip: *id });
+    }
+    let left_out = places.len().saturating_sub(MAX_PLACES);
+    places.truncate(MAX_PLACES);
+    (places, left_out)
+}
+
+/// A name the agent chose, as one component of a ref name: no `/` (which would
+/// nest refs, and a ref and a directory of one name cannot both be).
+fn ref_safe(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).collect()
 }
 
 /// Creates the archive ref `wanted` (or `wanted-N` if that exists: two downs of
@@ -696,10 +896,10 @@ fn count_new(repo: &Repository, tip: Oid, before: Option<Oid>) -> Result<usize> 
 pub fn restore_branch(common_dir: &Path, commit: &str, branch: &str) -> Result<()> {
     let repo = Repository::open(common_dir).map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
     let commit = Oid::from_str(commit).and_then(|id| repo.find_commit(id)).map_err(|_| {
-        Error::NotFound(format!("the archived commit {commit} is no longer in {}", common_dir.display()))
+        Error::not_found(format!("the archived commit {commit} is no longer in {}", common_dir.display()))
     })?;
     if repo.find_branch(branch, BranchType::Local).is_ok() {
-        return Err(Error::Conflict(format!(
+        return Err(Error::conflict(format!(
             "branch {branch:?} already exists in {}; pass --branch with another name",
             common_dir.display()
         )));

@@ -22,13 +22,14 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository};
 
 use crate::error::{Error, Result};
+use crate::host_paths::{Exposure, Guard};
 use crate::runtime::{Mount, WORKSPACE_TARGET};
 
 /// Where the private git directory appears inside the container.
 pub const PRIVATE_GIT_TARGET: &str = "/forage/git";
 
 fn err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(format!("the agent's private repository: {e}"))
+    Error::workspace(format!("the agent's private repository: {e}"))
 }
 
 /// FORAGE_HOME/private/<name>, as the record names it.
@@ -96,7 +97,7 @@ impl PrivateRepo<'_> {
     }
 
     /// The mounts that make git in /workspace use the private repository.
-    pub fn mounts(&self, host: &Repository, read_only: bool) -> Vec<Mount> {
+    pub fn mounts(&self, host: &Repository, read_only: bool, guard: &Guard) -> Vec<Mount> {
         let ro = |source: PathBuf, target: String| Mount { source, target, read_only: true };
         let mut mounts = vec![
             ro(self.gitlink(), format!("{WORKSPACE_TARGET}/.git")),
@@ -105,7 +106,7 @@ impl PrivateRepo<'_> {
         ];
         // The host's objects (and those it borrows itself), read-only at their own
         // paths, so that the alternates chain resolves inside as on the host.
-        for dir in mountable_object_dirs(host) {
+        for dir in mountable_object_dirs(host, guard) {
             mounts.push(ro(dir.clone(), dir.display().to_string()));
         }
         mounts
@@ -158,11 +159,11 @@ fn write_refs(dir: &Path, wanted: &BTreeMap<String, Oid>, extra: Option<(String,
 /// `object_dirs` that `host_paths` allows. `up` and `reset` refuse a repository
 /// that borrows from any other (`check_object_dirs`); this drops one added to
 /// `alternates` since, rather than mount it.
-pub(crate) fn mountable_object_dirs(host: &Repository) -> Vec<PathBuf> {
+pub(crate) fn mountable_object_dirs(host: &Repository, guard: &Guard) -> Vec<PathBuf> {
     object_dirs(host)
         .into_iter()
         .filter(|dir| {
-            let refused = crate::host_paths::refusal(dir, None, crate::host_paths::Exposure::ReadOnly);
+            let refused = guard.refusal(dir, Exposure::ReadOnly);
             if let Some(why) = &refused {
                 tracing::warn!("not mounting {}, which the repository borrows objects from: {why}", dir.display());
             }
@@ -174,10 +175,10 @@ pub(crate) fn mountable_object_dirs(host: &Repository) -> Vec<PathBuf> {
 /// Refuses a repository whose objects (or those it borrows through
 /// `objects/info/alternates`) lie where no agent may look: each is mounted
 /// read-only into the sandbox.
-pub(crate) fn check_object_dirs(host: &Repository, forage_home: &Path) -> Result<()> {
+pub(crate) fn check_object_dirs(host: &Repository, guard: &Guard) -> Result<()> {
     for dir in object_dirs(host) {
-        if let Some(why) = crate::host_paths::refusal(&dir, Some(forage_home), crate::host_paths::Exposure::ReadOnly) {
-            return Err(Error::Usage(format!(
+        if let Some(why) = guard.refusal(&dir, Exposure::ReadOnly) {
+            return Err(Error::usage(format!(
                 "the repository keeps or borrows objects in {} (see its objects/info/alternates), which the sandbox would see read-only, but {why}; make it a repository of its own (`git repack -a -d`, then remove the alternates file)",
                 dir.display()
             )));

@@ -36,12 +36,12 @@ pub struct PrivateRefs {
 }
 
 fn err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(format!("reading the agent's repository: {e}"))
+    Error::workspace(format!("reading the agent's repository: {e}"))
 }
 
 /// A full object id: exactly 40 hex digits (git2 would also take a prefix).
 pub fn parse_oid(text: &str) -> Option<Oid> {
-    let text = text.trim_end_matches(['\n', '\r']);
+    let text = text.strip_suffix('\n').unwrap_or(text);
     (text.len() == 40 && text.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Oid::from_str(text).ok()).flatten()
 }
 

@@ -31,8 +31,9 @@ use serde::{Deserialize, Serialize};
 use super::git::{import, ArchiveOutcome, Archived, NotArchived};
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known};
-use super::AtStake;
+use super::{AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
 use crate::error::{Error, Result};
+use crate::host_paths::Guard;
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
 pub use state::AgentState;
@@ -47,7 +48,7 @@ const HOST_REMOTE: &str = "host";
 const STORE_GIT: &str = "repo/store/git";
 
 fn ws_err(e: impl std::fmt::Display) -> Error {
-    Error::Workspace(e.to_string())
+    Error::workspace(e.to_string())
 }
 
 /// Runs jj with output meant for parsing; returns stdout, or jj's own error.
@@ -58,8 +59,8 @@ fn jj(cwd: Option<&Path>, args: &[&str]) -> Result<String> {
         cmd.current_dir(dir);
     }
     let out = cmd.output().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::Workspace(
-            "jj is not installed (no `jj` on PATH); install it (`cargo install jj-cli --locked`, or your package manager) or use --git-worktree".into(),
+        std::io::ErrorKind::NotFound => Error::workspace(
+            "jj is not installed (no `jj` on PATH); install it (`cargo install jj-cli --locked`, or your package manager) or use --git-worktree",
         ),
         _ => ws_err(format!("running jj: {e}")),
     })?;
@@ -140,8 +141,8 @@ impl JjRequest {
             return Err(ws_err(format!("the repository path {shown:?} is not UTF-8, which jj's command line needs; move the repository to a UTF-8 path")));
         }
         if name.as_str() == "archive" {
-            return Err(Error::Usage(
-                "a jj sandbox cannot be named \"archive\": its bookmark forage/archive would clash with the archive bookmarks forage/archive/…; pick another name".into(),
+            return Err(Error::usage(
+                "a jj sandbox cannot be named \"archive\": its bookmark forage/archive would clash with the archive bookmarks forage/archive/…; pick another name",
             ));
         }
         let repo_dir = resolve_repo_dir(&root)?;
@@ -149,7 +150,7 @@ impl JjRequest {
         let bookmark = format!("forage/{name}");
         let found = base_and_bookmarks(&root, base)?;
         if found.taken.contains(&bookmark) {
-            return Err(Error::Conflict(format!(
+            return Err(Error::conflict(format!(
                 "{} already has a bookmark {bookmark}, made by a sandbox of this name in another FORAGE_HOME or left over; `jj -R {:?} log -r {bookmark}` shows it: delete it once nothing on it is needed, or pick another sandbox name",
                 root.display(),
                 root
@@ -384,7 +385,7 @@ impl JjWorkspace {
     }
 
     /// Refreshes the agent's view of the host's bookmarks (read-only inside).
-    pub fn refresh_view_of_host(&self) -> Result<()> {
+    pub fn refresh_host_view(&self) -> Result<()> {
         match self.host_refs() {
             Some(dir) if dir.is_dir() => super::git::private::write_ref_dir(&dir, &self.host_view()?),
             _ => Ok(()),
@@ -394,7 +395,7 @@ impl JjWorkspace {
     /// The workspace's files at /workspace, the private repository at
     /// /workspace/.jj, the host's bookmarks read-only inside it, and the host's
     /// objects read-only at their own path.
-    pub fn mounts(&self, read_only: bool) -> Vec<Mount> {
+    pub fn bind_mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
         let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
         let (Some(private_jj), Some(host_refs), Ok(host)) = (self.private_jj(), self.host_refs(), self.open_host())
         else {
@@ -410,7 +411,7 @@ impl JjWorkspace {
             target: format!("{inside}/{STORE_GIT}/refs/remotes/{HOST_REMOTE}"),
             read_only: true,
         });
-        for dir in super::git::private::mountable_object_dirs(&host) {
+        for dir in super::git::private::mountable_object_dirs(&host, guard) {
             mounts.push(Mount { target: dir.display().to_string(), source: dir, read_only: true });
         }
         mounts
@@ -589,7 +590,7 @@ impl JjWorkspace {
     /// (and `…-head-N` for further heads); then removes the sandbox's own
     /// bookmarks. Without a state (jj could not run inside: `why`), the files are
     /// archived on top of what the last sync brought, or of the base.
-    pub fn archive(
+    pub fn archive_work(
         &self,
         name: &SandboxName,
         timestamp: &str,
@@ -597,15 +598,7 @@ impl JjWorkspace {
     ) -> Result<ArchiveOutcome> {
         let mut out = ArchiveOutcome::default();
         if self.is_legacy() {
-            out.not_archived.push(NotArchived {
-                source: format!("jj workspace {} of {}", self.workspace, self.repo.display()),
-                why: format!(
-                    "made by an older forage that shared the repository with the agent, so forage does not run jj there; {} is left as it is: look at it, then `jj -R {:?} workspace forget {}` and remove the directory",
-                    self.path.display(),
-                    self.repo,
-                    self.workspace
-                ),
-            });
+            out.not_archived.push(self.legacy_left_alone());
             return Ok(out);
         }
         let host = self.open_host()?;
@@ -631,11 +624,48 @@ impl JjWorkspace {
             heads.retain(|h| !host.graph_descendant_of(working_copy, *h).unwrap_or(false) && *h != working_copy);
             heads.insert(0, commit);
             dirty_files = changed;
-            for path in skipped {
-                out.not_archived.push(NotArchived { source: path, why: "not a file, symlink or directory".into() });
+            for (source, why) in skipped {
+                out.not_archived.push(NotArchived { source, why });
             }
         }
-        let mut archives = BTreeMap::new();
+        let archives = self.archive_bookmarks(&host, name, timestamp, &heads)?;
+        // The archive bookmarks now keep the work; the sandbox's own go. The
+        // repository's jj imports both.
+        if self.set_bookmark_refs(&host, &BTreeMap::new())?.is_some() || !archives.is_empty() {
+            jj_on_host(self.repo_str()?, &["git", "import"])?;
+        }
+        // The first head's archive last, as the one `restore` takes by default.
+        for (i, (refname, commit)) in archives.into_iter().enumerate().rev() {
+            let (commits, dirty) = if i == 0 { (changes, std::mem::take(&mut dirty_files)) } else { (0, Vec::new()) };
+            let source = (i > 0).then(|| format!("head {}", i + 1));
+            out.archived.push(Archived { refname, commit: commit.to_string(), commits, dirty_files: dirty, source });
+        }
+        Ok(out)
+    }
+
+    /// What `down` says of an older forage's jj workspace, which it leaves alone.
+    fn legacy_left_alone(&self) -> NotArchived {
+        NotArchived {
+            source: format!("jj workspace {} of {}", self.workspace, self.repo.display()),
+            why: format!(
+                "made by an older forage that shared the repository with the agent, so forage does not run jj there; {} is left as it is: look at it, then `jj -R {:?} workspace forget {}` and remove the directory",
+                self.path.display(),
+                self.repo,
+                self.workspace
+            ),
+        }
+    }
+
+    /// Bookmarks `forage/archive/<name>/<timestamp>` (and `…-head-N` for further
+    /// heads) on `heads`, as git refs of the repository's store.
+    fn archive_bookmarks(
+        &self,
+        host: &Repository,
+        name: &SandboxName,
+        timestamp: &str,
+        heads: &[Oid],
+    ) -> Result<Vec<(String, Oid)>> {
+        let mut archives = Vec::new();
         for (i, head) in heads.iter().enumerate() {
             let stem = match i {
                 0 => format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"),
@@ -649,20 +679,9 @@ impl JjWorkspace {
             }
             host.reference(&format!("refs/heads/{bookmark}"), *head, false, "forage: archive")
                 .map_err(|e| ws_err(format!("writing bookmark {bookmark}: {e}")))?;
-            archives.insert(i, (bookmark, *head));
+            archives.push((bookmark, *head));
         }
-        // The archive bookmarks now keep the work; the sandbox's own go. The
-        // repository's jj imports both.
-        if self.set_bookmark_refs(&host, &BTreeMap::new())?.is_some() || !archives.is_empty() {
-            jj_on_host(self.repo_str()?, &["git", "import"])?;
-        }
-        // The first head's archive last, as the one `restore` takes by default.
-        for (i, (refname, commit)) in archives.into_iter().rev() {
-            let (commits, dirty) = if i == 0 { (changes, std::mem::take(&mut dirty_files)) } else { (0, Vec::new()) };
-            let source = (i > 0).then(|| format!("head {}", i + 1));
-            out.archived.push(Archived { refname, commit: commit.to_string(), commits, dirty_files: dirty, source });
-        }
-        Ok(out)
+        Ok(archives)
     }
 
     /// Deletes the workspace directory (only under `workspaces_dir`). A workspace
@@ -684,7 +703,7 @@ impl JjWorkspace {
     /// What only this sandbox holds (see `AtStake`), changing nothing: the
     /// agent's changes, as jj inside just said (`state`) or, without, as the last
     /// sync brought them.
-    pub fn at_stake(&self, state: Option<&AgentState>) -> Result<AtStake> {
+    pub fn stake(&self, state: Option<&AgentState>) -> Result<AtStake> {
         let mut out = AtStake::default();
         let Some(private) = &self.private else { return Ok(out) };
         let host = self.open_host()?;
@@ -731,13 +750,126 @@ impl JjWorkspace {
     }
 }
 
+impl JjWorkspace {
+    /// What jj inside said (`Inside`), parsed; or why there is nothing to read.
+    fn agent_state(inside: Option<Inside>) -> std::result::Result<AgentState, String> {
+        let inside = inside.ok_or_else(|| "jj was not run in the sandbox".to_owned())?;
+        AgentState::parse(&inside.output?, inside.since)
+    }
+}
+
+impl Workspace for JjWorkspace {
+    fn mode(&self) -> Mode {
+        Mode::Jj
+    }
+
+    fn host_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn branch(&self) -> Option<&str> {
+        Some(if self.is_legacy() { &self.workspace } else { &self.bookmark })
+    }
+
+    fn repository_lock(&self) -> Option<&Path> {
+        Some(&self.repo_dir)
+    }
+
+    fn repository(&self) -> Option<&Path> {
+        Some(&self.repo)
+    }
+
+    fn is_legacy(&self) -> bool {
+        JjWorkspace::is_legacy(self)
+    }
+
+    fn mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
+        self.bind_mounts(read_only, guard)
+    }
+
+    fn check_host_paths(&self, guard: &Guard) -> Result<()> {
+        match self.git_dir.as_ref().map(Repository::open) {
+            Some(Ok(host)) => super::git::private::check_object_dirs(&host, guard),
+            _ => Ok(()),
+        }
+    }
+
+    fn agent_env(&self) -> Vec<(String, String)> {
+        super::git::identity_env(&self.repo)
+    }
+
+    fn parts(&self) -> &'static [Part] {
+        &[Part::PrivateRepo, Part::JjRepository]
+    }
+
+    fn make(&self, part: Part) -> Result<()> {
+        match part {
+            Part::JjRepository => self.create(),
+            _ => Ok(()),
+        }
+    }
+
+    fn unmake(&self, part: Part, scope: &Scope) -> Result<()> {
+        match part {
+            Part::JjRepository => {
+                // Bookmarks an archive has not taken over (`down --discard`, a
+                // rollback) go first, with the work only they kept.
+                self.drop_bookmarks()?;
+                self.remove_workspace(&scope.workspaces_dir)
+            }
+            Part::PrivateRepo => self.remove_private(&scope.private_dir),
+            _ => Ok(()),
+        }
+    }
+
+    fn inside_command(&self, for_sync: bool) -> Option<Vec<String>> {
+        (!self.is_legacy()).then(|| self.state_command(for_sync))
+    }
+
+    fn sync(&self, inside: Option<Inside>) -> Result<Synced> {
+        if self.is_legacy() {
+            return Err(Error::usage(
+                "the sandbox was made by an older forage, whose jj sandboxes shared the repository with the agent: there is nothing to sync",
+            ));
+        }
+        let state = Self::agent_state(inside).map_err(Error::workspace)?;
+        self.bring_to_host(&state).map(Synced::Jj)
+    }
+
+    fn at_stake(&self, inside: Option<Inside>) -> Result<Option<AtStake>> {
+        if self.is_legacy() {
+            return Ok(None);
+        }
+        self.stake(Self::agent_state(inside).ok().as_ref()).map(Some)
+    }
+
+    fn archive(&self, name: &SandboxName, timestamp: &str, inside: Option<Inside>) -> Result<ArchiveOutcome> {
+        self.archive_work(name, timestamp, Self::agent_state(inside))
+    }
+
+    fn status(&self) -> Result<Option<WorkspaceStatus>> {
+        Ok(Some(WorkspaceStatus {
+            branch: Workspace::branch(self).unwrap_or_default().to_owned(),
+            base: self.base.join(","),
+            base_ref: None,
+            ahead: self.last_sync().map(|s| s.changes).unwrap_or(0),
+            behind: 0,
+            dirty: self.changed_files()?,
+        }))
+    }
+
+    fn refresh_view_of_host(&self) -> Result<()> {
+        self.refresh_host_view()
+    }
+}
+
 /// The files of a workspace that jj's snapshot had not seen, as a commit.
 struct LateFiles {
     commit: Oid,
     /// The paths that differ from the snapshot.
     changed: Vec<String>,
-    /// Paths that are not files, symlinks or directories.
-    skipped: Vec<String>,
+    /// Paths not kept, and why.
+    skipped: Vec<(String, String)>,
 }
 
 /// What a jj sync brought to the repository.
@@ -762,7 +894,7 @@ pub fn restore_bookmark(repo: &Path, commit: &str, name: &str) -> Result<()> {
     let repo = repo.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
     let existing = jj_on_host(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])?;
     if existing.lines().any(|b| b == name) {
-        return Err(Error::Conflict(format!(
+        return Err(Error::conflict(format!(
             "bookmark {name:?} already exists in {repo}; pass --branch with another name"
         )));
     }

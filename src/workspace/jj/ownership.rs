@@ -86,7 +86,7 @@ pub(super) fn check_change_ids(repo: &str, new: &[(Oid, String)], owned: &Owned)
             continue;
         }
         let agents = new.iter().find(|(_, c)| c == change).map(|(id, _)| id.to_string()).unwrap_or_default();
-        return Err(Error::Workspace(format!(
+        return Err(Error::workspace(format!(
             "the agent's commit {agents} carries the change id {change} of your commit {commit}, which is not the sandbox's: forage brings no commit that would rewrite or split one of your changes; nothing was brought (the agent can make a new change with `jj new` or `jj duplicate`)"
         )));
     }

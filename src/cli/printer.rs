@@ -1,0 +1,143 @@
+//! The one place forage-ctl writes to the terminal (as cargo's `Shell` and uv's
+//! `Printer`): data on stdout, and everything said *about* the data (progress,
+//! hints, warnings, errors) on stderr, so that `forage-ctl list | …` and
+//! `--json` get data alone. Colour only on a terminal, never with NO_COLOR.
+//! Every text that may hold a name the agent chose is escaped (`render::shown`).
+
+// The printer is where printing is allowed; the rest of the crate denies it.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::render::{shown, shown_text, Spinner};
+use crate::error::{Error, Hint, Invocation, Result};
+use crate::progress::Progress;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    quiet: bool,
+    json: bool,
+    color: bool,
+}
+
+/// How a forage command reads on the command line.
+pub fn command_line(invocation: &Invocation) -> String {
+    let words: Vec<String> = invocation.0.iter().map(|w| shell_word(w)).collect();
+    format!("`forage-ctl {}`", words.join(" "))
+}
+
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=@,+%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// An error as one line: the message (and its cause), then each hint.
+pub fn error_line(err: &Error) -> String {
+    let mut line = shown_text(&err.to_string());
+    for hint in err.hints() {
+        line.push_str("; ");
+        line.push_str(&shown_text(&hint.render(command_line)));
+    }
+    line
+}
+
+impl Printer {
+    pub fn new(quiet: bool, json: bool) -> Self {
+        let color = std::io::stderr().is_terminal() && crate::env::no_color().is_none();
+        Printer { quiet, json, color }
+    }
+
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// `--json`: the command's result is printed as JSON, and nothing else on stdout.
+    pub fn json_wanted(&self) -> bool {
+        self.json
+    }
+
+    fn label(&self, word: &str, ansi: &str) -> String {
+        if self.color {
+            format!("\x1b[{ansi}m{word}\x1b[0m")
+        } else {
+            word.to_owned()
+        }
+    }
+
+    /// A line of the command's result, on stdout (escaped).
+    pub fn data(&self, line: impl AsRef<str>) {
+        println!("{}", shown(line.as_ref()));
+    }
+
+    /// Text made of several lines the caller escaped itself (a table, YAML).
+    pub fn data_block(&self, text: impl AsRef<str>) {
+        print!("{}", text.as_ref());
+    }
+
+    /// The command's result as JSON, on stdout.
+    pub fn json<T: Serialize + ?Sized>(&self, value: &T) -> Result<()> {
+        let text = serde_json::to_string_pretty(value).map_err(Error::other)?;
+        let mut out = std::io::stdout().lock();
+        // A reader that went away (`| head`) is not an error of ours.
+        let _ = writeln!(out, "{text}");
+        Ok(())
+    }
+
+    /// What happened, for a person (not with `--quiet`), on stderr.
+    pub fn status(&self, line: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", shown(line.as_ref()));
+        }
+    }
+
+    /// What the user may do next (not with `--quiet`), on stderr.
+    pub fn hint(&self, hint: &Hint) {
+        if !self.quiet {
+            eprintln!("{}: {}", self.label("hint", "36"), shown(&hint.render(command_line)));
+        }
+    }
+
+    /// `hint` for a sentence with `{command}` where `args` go.
+    pub fn hint_run<S: Into<String>>(&self, text: &str, args: impl IntoIterator<Item = S>) {
+        self.hint(&Hint { text: text.into(), command: Some(Invocation::new(args)) });
+    }
+
+    /// Something the user must read, even with `--quiet`, on stderr.
+    pub fn warn(&self, line: impl AsRef<str>) {
+        eprintln!("forage-ctl: {}: {}", self.label("warning", "33"), shown_text(line.as_ref()));
+    }
+
+    pub fn error(&self, err: &Error) {
+        eprintln!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));
+    }
+
+    /// How the library's progress reaches the user: a spinner on a terminal,
+    /// warnings alone with `--quiet`.
+    pub fn progress(&self) -> Arc<dyn Progress> {
+        if self.quiet || self.json {
+            Arc::new(super::render::Quiet)
+        } else {
+            Arc::new(Spinner::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_in_hints_read_as_a_shell_would_take_them() {
+        assert_eq!(command_line(&Invocation::new(["down", "--discard", "x.1"])), "`forage-ctl down --discard x.1`");
+        assert_eq!(command_line(&Invocation::new(["exec", "x", "--", "echo hi"])), "`forage-ctl exec x -- 'echo hi'`");
+        let err = Error::not_found("no sandbox named \"x\"").hint_run("{command} shows the existing ones", ["list"]);
+        assert_eq!(error_line(&err), "no sandbox named \"x\"; `forage-ctl list` shows the existing ones");
+    }
+}

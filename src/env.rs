@@ -1,0 +1,93 @@
+//! Every environment variable forage reads, read in this one place (as uv's
+//! `EnvVars`), into `Settings`: the CLI reads them once per process, and a server
+//! can build `Settings` per request. Nothing else in the crate reads the
+//! environment (clippy's `disallowed-methods` keeps it so).
+//!
+//! | variable | what it sets |
+//! |---|---|
+//! | `FORAGE_HOME` | where forage keeps its state (default `$XDG_DATA_HOME/forage`) |
+//! | `XDG_DATA_HOME`, `HOME` | the default FORAGE_HOME (`~/.local/share/forage`) |
+//! | `FORAGE_TEMPLATES_PATH` | template directories searched first (colon-separated) |
+//! | `XDG_CONFIG_HOME` | the user's templates, in `$XDG_CONFIG_HOME/forage/templates` |
+//! | `HOME` | `~` in template mounts and `--secret` files; the user's home, which a workspace may not expose without `--allow-home` |
+//! | `DOCKER_HOST`, `CONTAINER_HOST`, `XDG_RUNTIME_DIR` | the engine to use, and the sockets no sandbox may see |
+//! | `PATH` | where the offline image's host tools are found |
+//! | `NO_COLOR` | no colour on the terminal |
+//! | `FORAGE_DEBUG_KILL_AFTER`, `FORAGE_DEBUG_PAUSE_AFTER` | fault-injection hooks for the crash tests |
+//! | `RUST_LOG` | tracing filters (read by tracing-subscriber) |
+
+#![allow(clippy::disallowed_methods)]
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub const FORAGE_HOME: &str = "FORAGE_HOME";
+pub const FORAGE_TEMPLATES_PATH: &str = "FORAGE_TEMPLATES_PATH";
+pub const FORAGE_DEBUG_KILL_AFTER: &str = "FORAGE_DEBUG_KILL_AFTER";
+pub const FORAGE_DEBUG_PAUSE_AFTER: &str = "FORAGE_DEBUG_PAUSE_AFTER";
+
+/// What the environment says, for one command (or one request of a server).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub forage_home: Option<PathBuf>,
+    pub xdg_data_home: Option<PathBuf>,
+    pub xdg_config_home: Option<PathBuf>,
+    /// The user's home directory.
+    pub home: Option<PathBuf>,
+    /// `FORAGE_TEMPLATES_PATH`, split.
+    pub templates_path: Vec<PathBuf>,
+    pub docker_host: Option<String>,
+    pub container_host: Option<String>,
+    pub xdg_runtime_dir: Option<PathBuf>,
+    /// The absolute directories of `PATH` (a relative one would make the
+    /// offline image depend on the current directory).
+    pub path: Vec<PathBuf>,
+    pub debug_kill_after: Option<String>,
+    pub debug_pause_after: Option<String>,
+}
+
+/// A variable's value, unless unset or empty (which programs take for unset).
+fn var_os(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+fn var(name: &str) -> Option<String> {
+    var_os(name).and_then(|v| v.into_string().ok())
+}
+
+impl Settings {
+    /// This process's environment.
+    pub fn from_process() -> Settings {
+        let split = |name: &str| -> Vec<PathBuf> {
+            var_os(name)
+                .map(|v| std::env::split_paths(&v).filter(|d| !d.as_os_str().is_empty()).collect())
+                .unwrap_or_default()
+        };
+        Settings {
+            forage_home: var_os(FORAGE_HOME).map(PathBuf::from),
+            xdg_data_home: var_os("XDG_DATA_HOME").map(PathBuf::from),
+            xdg_config_home: var_os("XDG_CONFIG_HOME").map(PathBuf::from),
+            home: var_os("HOME").map(PathBuf::from),
+            templates_path: split(FORAGE_TEMPLATES_PATH),
+            docker_host: var("DOCKER_HOST"),
+            container_host: var("CONTAINER_HOST"),
+            xdg_runtime_dir: var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+            path: split("PATH").into_iter().filter(|d| d.is_absolute()).collect(),
+            debug_kill_after: var(FORAGE_DEBUG_KILL_AFTER),
+            debug_pause_after: var(FORAGE_DEBUG_PAUSE_AFTER),
+        }
+    }
+
+    /// `~/rest` with `~` the user's home; other paths as they are.
+    pub fn expand_tilde(&self, path: &str) -> Option<PathBuf> {
+        match path.strip_prefix("~/") {
+            Some(rest) => self.home.as_ref().map(|h| h.join(rest)),
+            None => Some(PathBuf::from(path)),
+        }
+    }
+}
+
+/// `NO_COLOR`, which the terminal renderer alone asks about.
+pub fn no_color() -> Option<OsString> {
+    var_os("NO_COLOR")
+}

@@ -1,0 +1,13 @@
+//! Paths inside every sandbox's container: a leaf module that the runtime, the
+//! templates and the workspaces all name, and that depends on nothing.
+
+/// Where the workspace appears.
+pub const WORKSPACE: &str = "/workspace";
+/// The agent's home, writable by the agent.
+pub const AGENT_HOME: &str = "/home/agent";
+/// Where each secret file is mounted, read-only.
+pub const SECRETS_DIR: &str = "/run/secrets";
+/// Written (by `init`, through exec) once the init commands have all succeeded.
+pub const INIT_DONE_MARKER: &str = "/tmp/.forage-init-done";
+/// Where a git sandbox's private git directory appears.
+pub const PRIVATE_GIT: &str = "/forage/git";

@@ -1,0 +1,167 @@
+//! What forage remembers of a sandbox (`Record`, one JSON file each under
+//! FORAGE_HOME/sandboxes) and of the work `down` archived (`ArchiveEntry`):
+//! plain data, read and written by `store`, acted on by `sandbox`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::names::SandboxName;
+use crate::runtime::Network;
+use crate::template::Memory;
+use crate::workspace::{Mode, Part, WorkspaceRecord};
+
+/// 2: git and jj sandboxes have a private repository (version 1 records load as
+/// sandboxes of an older forage).
+pub const RECORD_VERSION: u32 = 2;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "kebab-case")]
+pub enum Step {
+    /// The git branch named in the record's workspace.
+    GitBranch,
+    /// The git worktree named in the record's workspace.
+    GitWorktree,
+    /// The jj repository forage makes for the agent: the workspace directory's
+    /// files and the repository in FORAGE_HOME/private/<name>/jj. (In records of
+    /// an older forage: a jj workspace of the user's repository.)
+    JjWorkspace,
+    /// FORAGE_HOME/private/<name>: the agent's private repository.
+    PrivateRepo,
+    /// A container named `name` (created, maybe started).
+    Container { name: String },
+}
+
+impl Step {
+    /// The journal entry for making `part`.
+    pub fn of(part: Part) -> Step {
+        match part {
+            Part::GitBranch => Step::GitBranch,
+            Part::GitWorktree => Step::GitWorktree,
+            Part::PrivateRepo => Step::PrivateRepo,
+            Part::JjRepository => Step::JjWorkspace,
+        }
+    }
+
+    /// The workspace part it made, if it is one.
+    pub fn part(&self) -> Option<Part> {
+        match self {
+            Step::GitBranch => Some(Part::GitBranch),
+            Step::GitWorktree => Some(Part::GitWorktree),
+            Step::PrivateRepo => Some(Part::PrivateRepo),
+            Step::JjWorkspace => Some(Part::JjRepository),
+            Step::Container { .. } => None,
+        }
+    }
+
+    /// Its name at `up`'s checkpoints (`FORAGE_DEBUG_KILL_AFTER=<name>`).
+    pub fn checkpoint(&self) -> &'static str {
+        match self {
+            Step::GitBranch => "git-branch",
+            Step::GitWorktree => "git-worktree",
+            Step::PrivateRepo => "private-repo",
+            Step::JjWorkspace => "jj-workspace",
+            Step::Container { .. } => "container",
+        }
+    }
+}
+
+/// What `up` was asked on top of the template. The record keeps it, so that
+/// `reset` makes the same container again from the (possibly edited) template.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpOptions {
+    /// `--image`, instead of the template's.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// `--env KEY=VALUE`: plain settings, visible to `docker inspect` like the
+    /// template's own `agent.env` (secrets go through `--secret`).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub network: Option<Network>,
+    #[serde(default)]
+    pub memory: Option<Memory>,
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default)]
+    pub read_only: bool,
+    /// `--allow-home`: a workspace or mount may be (or hold) the user's home.
+    #[serde(default)]
+    pub allow_home: bool,
+    /// Arguments after `--`, appended to the template's agent command.
+    #[serde(default)]
+    pub agent_args: Vec<String>,
+    /// `--secret NAME=FILE`, each file checked readable. Only the paths are kept.
+    #[serde(default)]
+    pub secrets: Vec<SecretFile>,
+}
+
+/// A secret given on the command line: a name and the file holding its value.
+/// forage never reads the value; it mounts the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SecretFile {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// Where a sandbox is in its life. `Creating` with no `up` holding its lock means
+/// that `up` died half way: `list` shows it as broken and `down` finishes the undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordState {
+    Creating,
+    Ready,
+    Removing,
+}
+
+/// Everything forage knows about one sandbox. Secrets are never stored here.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub name: SandboxName,
+    pub state: RecordState,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+    pub template: String,
+    pub image: String,
+    pub container: String,
+    pub workspace: WorkspaceRecord,
+    /// Seconds between the stop signal and SIGKILL, fixed when the sandbox was made.
+    #[serde(default = "default_stop_timeout")]
+    pub stop_timeout: u32,
+    /// The template's init commands, run once per container before the agent.
+    #[serde(default)]
+    pub init: Vec<String>,
+    /// What `up` was asked on top of the template, for `reset` (secret files by
+    /// path only). Records written before `reset` existed have none.
+    #[serde(default)]
+    pub options: UpOptions,
+    /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
+    pub journal: Vec<Step>,
+}
+
+fn git_mode() -> Mode {
+    Mode::GitWorktree
+}
+
+fn default_stop_timeout() -> u32 {
+    10
+}
+
+/// Where `down` put a sandbox's work, so `restore` can bring it back.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ArchiveEntry {
+    pub name: SandboxName,
+    #[serde(default = "git_mode")]
+    pub mode: Mode,
+    /// `refs/forage/archive/<name>/<timestamp>` in `repo`.
+    pub refname: String,
+    pub commit: String,
+    pub repo: PathBuf,
+    pub common_dir: PathBuf,
+    /// The branch the work was on.
+    pub branch: String,
+    pub template: String,
+    /// Seconds since the Unix epoch.
+    pub archived_at: u64,
+}

@@ -1,0 +1,223 @@
+//! What a user (or a server's client) asks of `up` and `restore --up`, and
+//! checking it: every check that needs no container engine runs here, once, in
+//! the order a user meets them, into an `UpRequest` that `up` then carries out
+//! without checking again.
+
+use std::path::PathBuf;
+
+use super::plan::{guard, ContainerPlan, SecretFile, UpOptions};
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::runtime::{Network, Runtime};
+use crate::store::ArchiveEntry;
+use crate::template::{self, Memory};
+use crate::workspace::git::GitRequest;
+use crate::workspace::jj::JjRequest;
+use crate::workspace::{detect_mode, direct::DirectWorkspace, Mode, WorkspaceRecord, WorkspaceRequest};
+
+/// The workspace `up` was asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkspaceSpec {
+    /// `--workspace PATH`: the directory as it is.
+    Direct(PathBuf),
+    /// `--git-worktree REPO`.
+    GitWorktree(PathBuf),
+    /// `--jj REPO`.
+    Jj(PathBuf),
+    /// `--repo REPO`: jj if it holds `.jj/`, else git.
+    Repo(PathBuf),
+}
+
+/// `up` as asked, nothing checked yet.
+#[derive(Debug, Clone)]
+pub struct UpSpec {
+    pub name: SandboxName,
+    pub template: String,
+    pub workspace: WorkspaceSpec,
+    /// git: the revision to start from; jj: the revset the first change sits on.
+    pub base: Option<String>,
+    /// git: the branch instead of forage-NAME.
+    pub branch: Option<String>,
+    pub image: Option<String>,
+    pub env: Vec<(String, String)>,
+    /// `NAME=FILE`, as given.
+    pub secrets: Vec<String>,
+    pub network: Option<Network>,
+    pub memory: Option<String>,
+    pub cpus: Option<f64>,
+    pub read_only: bool,
+    pub allow_home: bool,
+    /// Start the agent (`--no-start` clears it).
+    pub start: bool,
+    pub agent_args: Vec<String>,
+}
+
+/// A checked `up`: what is to be made, and the container's plan.
+#[derive(Debug, Clone)]
+pub struct UpRequest {
+    pub name: SandboxName,
+    pub template: template::Resolved,
+    pub workspace: WorkspaceRequest,
+    pub options: UpOptions,
+    pub start: bool,
+    pub(crate) plan: ContainerPlan,
+}
+
+impl UpRequest {
+    /// The record's view of the workspace to be made.
+    pub(crate) fn workspace_record(&self) -> WorkspaceRecord {
+        match &self.workspace {
+            WorkspaceRequest::Direct(d) => WorkspaceRecord::Direct(d.clone()),
+            WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
+            WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
+        }
+    }
+}
+
+impl<R: Runtime> Engine<R> {
+    /// Checks `spec` completely (the name, the template, every option, the
+    /// secrets, the workspace and every host path the sandbox would see),
+    /// creating nothing.
+    pub fn prepare_up(&self, spec: UpSpec) -> Result<UpRequest> {
+        // The name first: "already exists" says more than anything about paths.
+        super::ensure_name_free(&self.home, &spec.name)?;
+        let template = self.templates().resolve(&spec.template)?;
+        let memory = spec.memory.as_deref().map(Memory::parse).transpose().map_err(Error::usage)?;
+        let options = UpOptions {
+            image: spec.image,
+            env: spec.env,
+            network: spec.network,
+            memory,
+            cpus: spec.cpus,
+            read_only: spec.read_only,
+            allow_home: spec.allow_home,
+            agent_args: spec.agent_args,
+            secrets: self.secret_files(&spec.secrets)?,
+        };
+        let workspace = self.workspace_request(
+            &spec.name,
+            &spec.workspace,
+            spec.base.as_deref(),
+            spec.branch.as_deref(),
+            spec.allow_home,
+        )?;
+        self.finish_request(spec.name, template, workspace, options, spec.start)
+    }
+
+    /// A request for `restore --up`: a sandbox on the archive's work, with the
+    /// archive's template, and `secrets` (`NAME=FILE`) for it.
+    pub fn prepare_restore_up(
+        &self,
+        name: SandboxName,
+        entry: &ArchiveEntry,
+        branch: &str,
+        secrets: &[String],
+    ) -> Result<UpRequest> {
+        super::ensure_name_free(&self.home, &name)?;
+        let path = self.home.workspaces_dir().join(name.as_str());
+        let private = self.home.private_dir_of(&name);
+        let workspace = match entry.mode {
+            Mode::Jj => {
+                WorkspaceRequest::Jj(JjRequest::validate(&entry.repo, Some(&entry.commit), &name, path, private)?)
+            }
+            _ => WorkspaceRequest::GitWorktree(GitRequest::validate(
+                &entry.repo,
+                Some(&entry.commit),
+                Some(branch),
+                &name,
+                path,
+                private,
+            )?),
+        };
+        let template = self.templates().resolve(&entry.template)?;
+        let options = UpOptions { secrets: self.secret_files(secrets)?, ..UpOptions::default() };
+        self.finish_request(name, template, workspace, options, true)
+    }
+
+    fn finish_request(
+        &self,
+        name: SandboxName,
+        template: template::Resolved,
+        workspace: WorkspaceRequest,
+        options: UpOptions,
+        start: bool,
+    ) -> Result<UpRequest> {
+        let guard = guard(&self.home, &self.settings);
+        let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity)?;
+        let request = UpRequest { name, template, workspace, options, start, plan };
+        request.workspace_record().check_host_paths(&guard)?;
+        Ok(request)
+    }
+
+    /// `--secret NAME=FILE` values: a good name, given once, and a file the
+    /// user can read. The value itself is never read.
+    fn secret_files(&self, raw: &[String]) -> Result<Vec<SecretFile>> {
+        let mut out: Vec<SecretFile> = Vec::new();
+        for r in raw {
+            let Some((name, file)) = r.split_once('=').filter(|(n, f)| !n.is_empty() && !f.is_empty()) else {
+                return Err(Error::usage(format!(
+                    "invalid --secret {r:?}: use NAME=FILE, e.g. --secret anthropic=~/.keys/anthropic"
+                )));
+            };
+            if !template::secret_name_ok(name) {
+                return Err(Error::usage(format!("invalid secret name {name:?}: use {}", template::SECRET_NAME_RULE)));
+            }
+            if out.iter().any(|s| s.name == name) {
+                return Err(Error::usage(format!("--secret {name} is given twice; give each secret once")));
+            }
+            // Shells do not expand `~` after `=`; do it here so the obvious spelling works.
+            let path = self.settings.expand_tilde(file).unwrap_or_else(|| PathBuf::from(file));
+            match std::fs::File::open(&path).and_then(|f| f.metadata()).map(|m| m.is_file()) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(Error::usage(format!("secret file {file:?} (for {name}) is not a regular file")))
+                }
+                Err(e) => {
+                    return Err(Error::usage(format!(
+                        "secret file {file:?} (for {name}) cannot be read ({e}); pass a file holding the secret's value"
+                    )))
+                }
+            }
+            let path = path.canonicalize().map_err(|e| Error::usage(format!("secret file {file:?}: {e}")))?;
+            out.push(SecretFile { name: name.to_owned(), path });
+        }
+        Ok(out)
+    }
+
+    /// The workspace asked for, checked; nothing is created.
+    fn workspace_request(
+        &self,
+        name: &SandboxName,
+        spec: &WorkspaceSpec,
+        base: Option<&str>,
+        branch: Option<&str>,
+        allow_home: bool,
+    ) -> Result<WorkspaceRequest> {
+        let (mode, repo) = match spec {
+            WorkspaceSpec::Direct(path) => {
+                if base.is_some() || branch.is_some() {
+                    return Err(Error::usage(
+                        "--base and --branch need a repository: use --git-worktree REPO, --jj REPO or --repo REPO instead of --workspace",
+                    ));
+                }
+                let guard = guard(&self.home, &self.settings);
+                return Ok(WorkspaceRequest::Direct(DirectWorkspace::validate(path, &guard, allow_home)?));
+            }
+            WorkspaceSpec::GitWorktree(repo) => (Mode::GitWorktree, repo),
+            WorkspaceSpec::Jj(repo) => (Mode::Jj, repo),
+            WorkspaceSpec::Repo(repo) => (detect_mode(repo), repo),
+        };
+        let path = self.home.workspaces_dir().join(name.as_str());
+        let private = self.home.private_dir_of(name);
+        match mode {
+            Mode::Jj => {
+                if branch.is_some() {
+                    return Err(Error::usage("--branch is for git; a jj sandbox's bookmark is always forage/NAME"));
+                }
+                Ok(WorkspaceRequest::Jj(JjRequest::validate(repo, base, name, path, private)?))
+            }
+            _ => Ok(WorkspaceRequest::GitWorktree(GitRequest::validate(repo, base, branch, name, path, private)?)),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Templates: where they are found (the search path, then the built-ins in
+//! `templates/`, embedded in the binary), and reading one: its shape first
+//! (`shape`), then the YAML into a checked `Template` (`model`), with errors that
+//! point at file:line:column.
+
+mod model;
+mod reference;
+mod shape;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub use model::{
+    env_name_ok, secret_name_ok, Agent, BuildSpec, ImageSpec, Memory, MountSpec, Resources, StopSignal, Template,
+    WorkspacePolicy, SECRET_NAME_RULE,
+};
+pub use reference::check_image_reference;
+use shape::{check_shape, MAX_TEMPLATE_BYTES};
+
+use crate::env::Settings;
+use crate::error::{Error, Result};
+
+/// The template `up` uses when none is named.
+pub const DEFAULT_TEMPLATE: &str = "shell";
+
+/// A template shipped inside the binary, with the Dockerfile its `build` uses.
+struct Builtin {
+    name: &'static str,
+    yaml: &'static str,
+    dockerfile: Option<&'static str>,
+}
+
+macro_rules! builtin_with_dockerfile {
+    ($name:literal) => {
+        Builtin {
+            name: $name,
+            yaml: include_str!(concat!("../../templates/", $name, "/template.yaml")),
+            dockerfile: Some(include_str!(concat!("../../templates/", $name, "/Dockerfile"))),
+        }
+    };
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin { name: "shell", yaml: include_str!("../../templates/shell.yaml"), dockerfile: None },
+    Builtin { name: "review", yaml: include_str!("../../templates/review.yaml"), dockerfile: None },
+    builtin_with_dockerfile!("claude"),
+    builtin_with_dockerfile!("codex"),
+    builtin_with_dockerfile!("aider"),
+    builtin_with_dockerfile!("opencode"),
+];
+
+/// Where a template was found.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "path")]
+pub enum Origin {
+    File(PathBuf),
+    Builtin,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Builtin => f.write_str("built-in"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub name: String,
+    pub origin: Origin,
+    pub template: Template,
+    /// A built-in's embedded Dockerfile (its whole build context).
+    pub builtin_dockerfile: Option<&'static str>,
+}
+
+impl Resolved {
+    /// The directory relative paths in the template are taken from.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        match &self.origin {
+            Origin::File(f) => f.parent(),
+            Origin::Builtin => None,
+        }
+    }
+}
+
+/// Where templates are found: the search path (first match wins), then the
+/// built-ins.
+#[derive(Debug, Clone)]
+pub struct Templates {
+    search_path: Vec<PathBuf>,
+}
+
+impl Templates {
+    /// `$FORAGE_TEMPLATES_PATH`, `~/.config/forage/templates`, `/etc/forage/templates`.
+    pub fn new(settings: &Settings) -> Templates {
+        let mut dirs = settings.templates_path.clone();
+        let config = settings.xdg_config_home.clone().or_else(|| settings.home.as_ref().map(|h| h.join(".config")));
+        if let Some(c) = config {
+            dirs.push(c.join("forage/templates"));
+        }
+        dirs.push(PathBuf::from("/etc/forage/templates"));
+        Templates { search_path: dirs }
+    }
+
+    /// The template directories, in precedence order.
+    pub fn search_path(&self) -> &[PathBuf] {
+        &self.search_path
+    }
+
+    /// Finds and parses template `name`: `<dir>/<name>.yaml` or
+    /// `<dir>/<name>/template.yaml` on the search path, then the built-ins.
+    pub fn resolve(&self, name: &str) -> Result<Resolved> {
+        if !template_name_ok(name) {
+            return Err(Error::usage(format!("invalid template name {name:?}: use letters, digits, '-', '_' or '.'")));
+        }
+        for dir in &self.search_path {
+            for candidate in [dir.join(format!("{name}.yaml")), dir.join(name).join("template.yaml")] {
+                if candidate.is_file() {
+                    let unreadable =
+                        |e: std::io::Error| Error::usage(format!("cannot read template {}: {e}", candidate.display()));
+                    // Read no more than one byte past the limit `parse` enforces.
+                    let mut text = String::new();
+                    std::fs::File::open(&candidate)
+                        .and_then(|f| {
+                            std::io::Read::read_to_string(
+                                &mut std::io::Read::take(f, MAX_TEMPLATE_BYTES as u64 + 1),
+                                &mut text,
+                            )
+                        })
+                        .map_err(unreadable)?;
+                    let template = parse(&text, &candidate.display().to_string())?;
+                    return Ok(Resolved {
+                        name: name.into(),
+                        origin: Origin::File(candidate),
+                        template,
+                        builtin_dockerfile: None,
+                    });
+                }
+            }
+        }
+        if let Some(b) = BUILTINS.iter().find(|b| b.name == name) {
+            let template = parse(b.yaml, &format!("built-in template {name}"))?;
+            return Ok(Resolved {
+                name: name.into(),
+                origin: Origin::Builtin,
+                template,
+                builtin_dockerfile: b.dockerfile,
+            });
+        }
+        let suggestion = closest(name, &self.names()).map(|n| format!("did you mean {n:?}? ")).unwrap_or_default();
+        Err(Error::not_found(format!(
+            "template {name:?} not found; {suggestion}(searched {} and the built-ins)",
+            self.search_path.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ))
+        .hint_run("{command} lists the available ones", ["templates"]))
+    }
+
+    /// Every template visible on the search path, shadowed ones omitted.
+    pub fn list(&self) -> Result<Vec<Resolved>> {
+        self.names().iter().map(|n| self.resolve(n)).collect()
+    }
+
+    /// The names of every template on the search path and of the built-ins, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = BUILTINS.iter().map(|b| b.name.to_string()).collect();
+        for dir in &self.search_path {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let file_name = entry.file_name().to_string_lossy().into_owned();
+                let name = if let Some(stem) = file_name.strip_suffix(".yaml") {
+                    stem.to_owned()
+                } else if path.join("template.yaml").is_file() {
+                    file_name
+                } else {
+                    continue;
+                };
+                if template_name_ok(&name) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+}
+
+fn template_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && !name.starts_with('.')
+}
+
+/// The template name closest to a mistyped `wanted`, if one is close: one holds
+/// the other (`claude-code` for `claude`), or few letters differ.
+fn closest(wanted: &str, names: &[String]) -> Option<String> {
+    let distance = |a: &str, b: &str| {
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for i in 1..=a.len() {
+            let mut prev = row[0];
+            row[0] = i;
+            for j in 1..=b.len() {
+                let cost = usize::from(a[i - 1] != b[j - 1]);
+                let next = (row[j] + 1).min(row[j - 1] + 1).min(prev + cost);
+                prev = row[j];
+                row[j] = next;
+            }
+        }
+        row[b.len()]
+    };
+    names
+        .iter()
+        .map(|n| {
+            let score = if wanted.contains(n.as_str()) || n.contains(wanted) { 0 } else { distance(wanted, n) };
+            (score, n)
+        })
+        .filter(|(score, n)| *score <= (n.len() / 3).max(1))
+        .min()
+        .map(|(_, n)| n.clone())
+}
+
+/// Parses and checks a template; errors carry `source:line:column`.
+pub fn parse(text: &str, source: &str) -> Result<Template> {
+    check_shape(text, source)?;
+    serde_yaml_ng::from_str(text).map_err(|e| {
+        let at =
+            e.location().map(|l| format!("{source}:{}:{}", l.line(), l.column())).unwrap_or_else(|| source.to_owned());
+        Error::usage(format!("{at}: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_parse() {
+        for b in BUILTINS {
+            let t = parse(b.yaml, b.name).unwrap();
+            assert_eq!(matches!(t.image, ImageSpec::Build(_)), b.dockerfile.is_some(), "{}", b.name);
+        }
+    }
+
+    #[test]
+    fn unknown_field_points_at_line_and_column() {
+        let err = parse("image: x\nagent: {command: [sh]}\nbogus: 1\n", "t.yaml").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.yaml:3:1: "), "{msg}");
+        assert!(msg.contains("bogus"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_points_at_line_and_column() {
+        let err =
+            parse("image: x\nagent: {command: [sh]}\nresources: {pids: many}\n", "t.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("t.yaml:3:"), "{err}");
+    }
+
+    #[test]
+    fn a_mistyped_template_name_gets_the_closest_one() {
+        let names: Vec<String> = ["aider", "claude", "codex", "opencode", "review", "shell"].map(String::from).into();
+        assert_eq!(closest("claude-code", &names).as_deref(), Some("claude"));
+        assert_eq!(closest("shel", &names).as_deref(), Some("shell"));
+        assert_eq!(closest("codx", &names).as_deref(), Some("codex"));
+        assert_eq!(closest("kubernetes", &names), None);
+    }
+}
