@@ -68,4 +68,7 @@ fn history(ctx: &Ctx, s: &SandboxStatus, mode: Mode) {
     for f in &g.dirty {
         line("changed", f.clone());
     }
+    for f in &g.not_archivable {
+        line("left out", f.clone());
+    }
 }

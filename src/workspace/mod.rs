@@ -89,6 +89,9 @@ pub struct WorkspaceStatus {
     pub behind: usize,
     /// Uncommitted files: staged, unstaged, untracked and not ignored.
     pub dirty: Vec<String>,
+    /// git: paths of the worktree `down` would leave out of its archive, each
+    /// with why (a FIFO, a file over 1 GiB, a name git refuses).
+    pub not_archivable: Vec<String>,
 }
 
 /// A sandbox's workspace, whatever its mode: the sandbox engine orders the

@@ -475,3 +475,136 @@ fn an_agent_that_locks_its_files_away_cannot_stop_down_as_an_ordinary_user() {
     assert_eq!(show(&format!("{archive}:unreadable.txt")), "secret\n");
     env.assert_nothing_left_but_archives();
 }
+
+#[test]
+fn a_repository_the_agent_makes_at_a_submodules_path_runs_nothing_in_the_users_git() {
+    let env = Env::new();
+    let lib = repo(&env, "lib");
+    let repo = repo(&env, "repo");
+    git(&repo, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", lib.to_str().unwrap(), "sub"]);
+    git(&repo, &["commit", "-qm", "add sub"]);
+    let name = env.unique("gi-sublink");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let marker = env.path("pwned");
+    // A repository at the submodule's path, and at a submodule the agent adds
+    // itself, each with a config whose fsmonitor git runs on `status`.
+    let script = format!(
+        r#"cd /workspace && for d in sub evil; do rm -rf $d; git init -q $d && git -C $d commit -q --allow-empty -m x
+          printf '[core]\n\tfsmonitor = touch {marker}\n\tuntrackedCache = false\n' >> $d/.git/config; done
+        git update-index --add --cacheinfo 160000,$(git -C evil rev-parse HEAD),evil && git commit -qm 'a submodule of my own' && echo DONE"#,
+        marker = marker.display(),
+    );
+    assert!(inside(&env, &name, &script).contains("DONE"));
+    env.ok(&["sync", &name]);
+    let wt = env.home.join("workspaces").join(&name);
+    for args in [&["status"][..], &["diff"], &["diff", "HEAD~1"], &["log", "-1", "--stat"], &["add", "-A", "--dry-run"]]
+    {
+        git(&wt, args);
+    }
+    git(&repo, &["status"]);
+    env.ok(&["status", &name]);
+    assert!(!marker.exists(), "the user's git ran the agent's fsmonitor");
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
+
+/// Runs `args`, failing the test if forage-ctl has not finished within `secs`:
+/// a hang (on a FIFO, say) fails here rather than at CI's timeout.
+fn finishes_within(env: &Env, secs: u64, args: &[&str]) -> std::process::Output {
+    let mut child =
+        env.cmd(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let finished = eventually(secs, || child.try_wait().unwrap().is_some());
+    if !finished {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(finished, "forage-ctl {args:?} hung: {}", describe(&out));
+    out
+}
+
+#[test]
+fn fifos_huge_sparse_files_deep_trees_and_names_git_refuses_cost_forage_bounded_work() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-hostile-files");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let script = r#"cd /workspace && echo kept > kept.txt && rm .gitignore && mkfifo .gitignore pipe
+        d=deep; i=0; while [ $i -lt 600 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d && echo bottom > $d/f
+        mkdir -p shallow/a && echo near > shallow/a/f
+        echo x > '.git.' && echo x > 'GIT~1' && echo x > '.jj ' && echo DONE"#;
+    assert!(inside(&env, &name, script).contains("DONE"));
+    // A 2 GiB sparse file, costing the agent nothing (made from the host side:
+    // the image has no dd or truncate; the bind mount is the same directory).
+    let huge = std::fs::File::create(env.home.join("workspaces").join(&name).join("huge")).unwrap();
+    huge.set_len(2 << 30).unwrap();
+    let status = finishes_within(&env, 300, &["status", &name, "--json"]);
+    assert!(status.status.success(), "{}", describe(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let left_out = status["git"]["not_archivable"].as_array().unwrap();
+    assert!(left_out.iter().any(|p| p.as_str().unwrap().starts_with("pipe: not a file")), "{status}");
+    assert!(left_out.iter().any(|p| p.as_str().unwrap().starts_with("huge: larger than")), "{status}");
+    let out = finishes_within(&env, 300, &["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for (path, why) in [
+        ("huge", "larger than"),
+        ("pipe", "not a file"),
+        (".gitignore", "not a file"),
+        ("deeper than", "deeper than"),
+        (".git.", "git directory"),
+        ("GIT~1", "git directory"),
+    ] {
+        assert!(err.contains(path) && err.contains(why), "down did not say it left {path} out ({why}): {err}");
+    }
+    let archive = &archive_refs(&repo)[0];
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", archive]);
+    let files: Vec<&str> = files.lines().collect();
+    assert_eq!(files, ["a.txt", "kept.txt", "shallow/a/f"], "what the archive holds");
+    fsck(&repo);
+    env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn refs_the_agent_forges_or_multiplies_cost_down_bounded_work_and_lose_nothing_else() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-refs");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let before = repo_state(&repo);
+    // The sandbox's branch at a tree, another branch at a blob: written as
+    // files, which git inside would have refused to do.
+    let script = r#"cd /workspace && t=$(git rev-parse HEAD^{tree}) && b=$(git rev-parse HEAD:a.txt)
+        echo $t > /forage/git/refs/heads/forage-$FORAGE_SANDBOX && echo $b > /forage/git/refs/heads/blob && echo DONE"#;
+    assert!(inside(&env, &name, script).contains("DONE"));
+    let err = env.fails(&["sync", &name], 6);
+    assert!(err.contains("points at a tree"), "{err}");
+    assert_eq!(repo_state(&repo), before, "sync moved a ref");
+
+    // Two branches whose names make one archive name, 300 more, and a stash
+    // reflog of 100,000 entries: forage looks at 256 places and says so.
+    let script = r#"cd /workspace && git checkout -q -B work origin/main
+        echo slash > f && git add f && git commit -qm 'on a/b' && git branch a/b
+        echo dash > f && git commit -qam 'on a-b' && git branch a-b
+        echo many > f && git commit -qam many && c=$(git rev-parse HEAD)
+        i=0; while [ $i -lt 300 ]; do echo $c > /forage/git/refs/heads/many-$i; i=$((i+1)); done
+        mkdir -p /forage/git/logs/refs && awk 'BEGIN { for (i = 0; i < 100000; i++) printf "%040d %040x x <x> 0 +0000\tstash\n", 0, i + 1 }' > /forage/git/logs/refs/stash
+        git rev-parse a/b a-b"#;
+    let tips = inside(&env, &name, script);
+    let out = finishes_within(&env, 300, &["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("branch blob") && err.contains("points at a blob"), "{err}");
+    assert!(err.contains("more branches and stashes"), "{err}");
+    let archives = archive_refs(&repo);
+    assert!(archives.len() <= 256 + 2, "{} archive refs", archives.len());
+    // Both branches that share an archive name are kept, each under its own ref.
+    for tip in tips.lines() {
+        assert!(
+            archives.iter().any(|a| git(&repo, &["rev-parse", a]).trim() == tip),
+            "branch at {tip} was not archived: {archives:?}"
+        );
+    }
+    assert!(!archives.iter().any(|a| a.contains("..") || a.ends_with(".lock")), "{archives:?}");
+    fsck(&repo);
+    env.assert_nothing_left_but_archives();
+}

@@ -2,8 +2,9 @@
 //! refused; no record, however forged, makes forage delete outside its own
 //! directories; bad records and templates are reported, never fatal to the rest.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use crate::git::{git, repo};
 use crate::support::*;
@@ -372,4 +373,34 @@ fn ctrl_c_while_up_waits_for_a_lock_ends_it_at_once_and_leaves_the_other_sandbox
     env.ok(&["exec", &first, "--", "true"]);
     env.ok(&["down", &first]);
     env.assert_nothing_left();
+}
+
+#[test]
+fn a_setuid_file_the_agent_makes_is_out_of_other_users_reach() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = Env::new();
+    // Everything above FORAGE_HOME's own directories open to all, as a home
+    // directory often is; and an older forage made these readable by all.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(&env.home).unwrap();
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for dir in ["workspaces", "private"] {
+        std::fs::create_dir_all(env.home.join(dir)).unwrap();
+        std::fs::set_permissions(env.home.join(dir), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let repo = repo(&env, "repo");
+    let name = env.unique("hs-suid");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    // Root in the container makes a root-owned setuid shell in its workspace.
+    env.ok(&["exec", &name, "--", "sh", "-c", "cp /bin/sh /workspace/suid && chmod 4755 /workspace/suid"]);
+    let suid = env.home.join("workspaces").join(&name).join("suid");
+    assert_eq!(std::fs::metadata(&suid).unwrap().mode() & 0o4000, 0o4000, "the test made no setuid file");
+    for dir in ["workspaces", "private"] {
+        let mode = std::fs::metadata(env.home.join(dir)).unwrap().mode();
+        assert_eq!(mode & 0o077, 0, "{dir} is {mode:o}: other users can reach the agent's files");
+    }
+    // Another user cannot reach it.
+    let out = Command::new(&suid).arg("-c").arg("id -u").uid(4246).gid(4246).output();
+    assert!(out.is_err() || !out.unwrap().status.success(), "another user ran the agent's setuid shell");
+    env.ok(&["down", &name, "--discard"]);
 }

@@ -20,7 +20,7 @@ pub(crate) mod refs;
 
 use std::path::{Path, PathBuf};
 
-use git2::{BranchType, ErrorCode, Oid, Repository, Signature};
+use git2::{BranchType, ErrorCode, ObjectType, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
 use super::untrusted::{remove_created_dir, Dir};
@@ -363,7 +363,7 @@ impl GitWorkspace {
         let objects = git.dir("objects").map_err(ws_err)?;
         let imported = import::import(repo, objects.as_ref(), &private.staging(), tips)?;
         for tip in tips {
-            repo.find_commit(*tip).map_err(|_| ws_err(format!("the agent's ref target {tip} is not a commit")))?;
+            require_commit(repo, *tip)?;
         }
         Ok(imported)
     }
@@ -473,12 +473,19 @@ impl GitWorkspace {
     /// Uncommitted work in the worktree, relative to the branch's tip on the
     /// host: changed, added and removed files that are not ignored.
     pub fn dirty_files(&self) -> Result<Vec<String>> {
-        let Some(view) = self.view()? else { return Ok(Vec::new()) };
+        Ok(self.uncommitted()?.0)
+    }
+
+    /// `dirty_files`, and the paths `down` could not archive ("path: why").
+    fn uncommitted(&self) -> Result<(Vec<String>, Vec<String>)> {
+        let Some(view) = self.view()? else { return Ok(Default::default()) };
         let index = view.index().map_err(ws_err)?;
         let files = worktree_files::read(&view, &self.path, Known::Index(index), false)?;
         let repo = self.open()?;
         let tree = self.tip(&repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
-        files.changed_since(&repo, tree.as_ref())
+        let changed = files.changed_since(&repo, tree.as_ref())?;
+        let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
+        Ok((changed, skipped))
     }
 
     /// The branch's tip, if the branch still exists.
@@ -646,6 +653,7 @@ impl GitWorkspace {
         out: &mut ArchiveOutcome,
     ) -> Result<()> {
         staged.import(repo, &[place.tip])?;
+        require_commit(repo, place.tip)?;
         let commits = self.commits_on_no_branch(repo, place.tip, None)?.len();
         if commits > 0 {
             let wanted = format!("{ARCHIVE_PREFIX}/{name}/{timestamp}-{}", place.slug);
@@ -797,13 +805,15 @@ impl Workspace for GitWorkspace {
 
     fn status(&self) -> Result<Option<WorkspaceStatus>> {
         let (ahead, behind) = self.ahead_behind()?.unwrap_or((0, 0));
+        let (dirty, not_archivable) = self.uncommitted()?;
         Ok(Some(WorkspaceStatus {
             branch: self.branch.clone(),
             base: self.base.clone(),
             base_ref: self.base_ref.clone(),
             ahead,
             behind,
-            dirty: self.dirty_files()?,
+            dirty,
+            not_archivable,
         }))
     }
 
@@ -862,9 +872,10 @@ fn places_in(refs: &PrivateRefs, except: Option<&str>) -> (Vec<Place>, usize) {
 }
 
 /// A name the agent chose, as one component of a ref name: no `/` (which would
-/// nest refs, and a ref and a directory of one name cannot both be).
+/// nest refs, and a ref and a directory of one name cannot both be), and no `.`
+/// (`..` and a `.lock` ending are not allowed in ref names).
 fn ref_safe(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).collect()
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') { c } else { '-' }).collect()
 }
 
 /// Creates the archive ref `wanted` (or `wanted-N` if that exists: two downs of
@@ -879,6 +890,19 @@ fn archive_ref(repo: &Repository, wanted: &str, target: Oid, name: &SandboxName)
     repo.reference(&refname, target, false, &format!("forage: archive of sandbox {name}"))
         .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
     Ok(refname)
+}
+
+/// Refuses a ref target of the agent's that is a tree, blob or tag rather than
+/// a commit: git would take it for a branch only to fail on it later.
+fn require_commit(repo: &Repository, tip: Oid) -> Result<()> {
+    let kind = repo.find_object(tip, None).map_err(ws_err)?.kind();
+    match kind {
+        Some(ObjectType::Commit) => Ok(()),
+        other => {
+            let kind = other.map_or("an unknown object".to_owned(), |k| format!("a {k}"));
+            Err(ws_err(format!("the agent's ref points at {kind} ({tip}), not a commit")))
+        }
+    }
 }
 
 /// Commits `tip` reaches that `before` does not.

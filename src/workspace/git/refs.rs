@@ -80,10 +80,15 @@ impl PrivateRefs {
         let mut stash: Vec<Oid> = all.get("refs/stash").copied().into_iter().collect();
         if let Some(logs) = git.dir_path("logs/refs").map_err(err)? {
             if let Some(log) = logs.read("stash", MAX_REFLOG).map_err(err)? {
-                // `<old> <new> <who> <when>\t<message>`, oldest first.
+                // `<old> <new> <who> <when>\t<message>`, oldest first. The
+                // agent chooses how many lines: a set keeps this linear.
+                let mut seen: std::collections::HashSet<Oid> = stash.iter().copied().collect();
                 for line in String::from_utf8_lossy(&log).lines().rev() {
+                    if stash.len() >= MAX_REFS {
+                        break;
+                    }
                     if let Some(id) = line.split(' ').nth(1).and_then(parse_oid) {
-                        if !stash.contains(&id) {
+                        if seen.insert(id) {
                             stash.push(id);
                         }
                     }

@@ -855,6 +855,7 @@ impl Workspace for JjWorkspace {
             ahead: self.last_sync().map(|s| s.changes).unwrap_or(0),
             behind: 0,
             dirty: self.changed_files()?,
+            not_archivable: Vec::new(),
         }))
     }
 
