@@ -164,4 +164,8 @@ pub struct ArchiveEntry {
     pub template: String,
     /// Seconds since the Unix epoch.
     pub archived_at: u64,
+    /// git: how many uncommitted files the archive's top commit holds (zero
+    /// when its tip is the agent's own commit); unknown in older indexes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncommitted_files: Option<usize>,
 }

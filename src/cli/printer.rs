@@ -90,16 +90,16 @@ impl Printer {
         Ok(())
     }
 
-    /// What happened, for a person (not with `--quiet`), on stderr.
+    /// What happened, for a person (not with `--quiet` or `--json`), on stderr.
     pub fn status(&self, line: impl AsRef<str>) {
-        if !self.quiet {
+        if !self.quiet && !self.json {
             eprintln!("{}", shown(line.as_ref()));
         }
     }
 
-    /// What the user may do next (not with `--quiet`), on stderr.
+    /// What the user may do next (not with `--quiet` or `--json`), on stderr.
     pub fn hint(&self, hint: &Hint) {
-        if !self.quiet {
+        if !self.quiet && !self.json {
             eprintln!("{}: {}", self.label("hint", "36"), shown(&hint.render(command_line)));
         }
     }
@@ -109,13 +109,33 @@ impl Printer {
         self.hint(&Hint { text: text.into(), command: Some(Invocation::new(args)) });
     }
 
+    /// `hint` for advice that names no forage command.
+    pub fn hint_text(&self, text: &str) {
+        self.hint(&Hint { text: text.into(), command: None });
+    }
+
     /// Something the user must read, even with `--quiet`, on stderr.
     pub fn warn(&self, line: impl AsRef<str>) {
         eprintln!("forage-ctl: {}: {}", self.label("warning", "33"), shown_text(line.as_ref()));
     }
 
+    /// The error, as one line on stderr; with `--json`, as one JSON object
+    /// there (`{"error": {kind, exit_code, message, hints}}`), each hint's text
+    /// rendered and its command kept as arguments, so that scripts need not
+    /// parse the line.
     pub fn error(&self, err: &Error) {
-        eprintln!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));
+        if self.json {
+            let mut json = err.to_json();
+            let rendered: Vec<serde_json::Value> = err
+                .hints()
+                .iter()
+                .map(|h| serde_json::json!({ "text": h.render(command_line), "command": h.command }))
+                .collect();
+            json["hints"] = rendered.into();
+            eprintln!("{}", serde_json::json!({ "error": json }));
+        } else {
+            eprintln!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));
+        }
     }
 
     /// How the library's progress reaches the user: a spinner on a terminal,

@@ -38,8 +38,11 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
         Restored::Branch { archive, branch } => {
             let what = if archive.mode == Mode::Jj { "bookmark" } else { "branch" };
             ctx.out.data(format!("restored {} as {what} {branch} in {}", archive.refname, archive.repo.display()));
-            if archive.mode != Mode::Jj {
-                ctx.out.status("uncommitted files came back committed on top; `git reset HEAD~1` un-commits them if the archive was dirty");
+            // Unknown for archives of an older forage: said, in case.
+            if archive.mode != Mode::Jj && archive.uncommitted_files != Some(0) {
+                ctx.out.hint_text(
+                    "the uncommitted files came back as a commit on top; `git reset HEAD~1` on the branch un-commits them",
+                );
             }
         }
         Restored::Sandbox { .. } => {}

@@ -315,12 +315,16 @@ impl Runtime for Docker {
                 read_only: !m.rw.unwrap_or(true),
             })
             .collect();
+        let status = state.status.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown);
+        // The engine reports exit code 0 and the year 1 for what has not
+        // happened: a running container has no exit code, a new one no start.
+        let happened = |time: Option<String>| time.filter(|t| !t.starts_with("0001-"));
         Ok(Some(ContainerDetails {
             id: c.id.unwrap_or_default(),
-            state: state.status.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown),
-            exit_code: state.exit_code,
-            started_at: state.started_at,
-            finished_at: state.finished_at,
+            state: status,
+            exit_code: state.exit_code.filter(|_| status.has_ended()),
+            started_at: happened(state.started_at),
+            finished_at: happened(state.finished_at).filter(|_| status.has_ended()),
             image: c.config.and_then(|c| c.image).unwrap_or_default(),
             mounts,
         }))

@@ -244,6 +244,7 @@ impl<R: Runtime> Engine<R> {
                 branch: ws.branch().unwrap_or_default().to_owned(),
                 template: record.template.clone(),
                 archived_at: now(),
+                uncommitted_files: Some(a.dirty_files.len()),
             })?;
         }
         Ok(outcome)

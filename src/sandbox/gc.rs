@@ -246,11 +246,13 @@ impl<R: Runtime> Engine<R> {
             }
             None if holds_repo => finding,
             None => {
-                let remove = async {
-                    remove_created_dir(&dir, &self.home.workspaces_dir())
-                        .and_then(|()| remove_created_dir(&private, &self.home.private_dir()))
+                let (workspaces, privates) = (self.home.workspaces_dir(), self.home.private_dir());
+                // A directory the agent filled may take a while to delete: off the runtime's thread.
+                let remove = super::blocking(move || {
+                    remove_created_dir(&dir, &workspaces)
+                        .and_then(|()| remove_created_dir(&private, &privates))
                         .map_err(Error::other)
-                };
+                });
                 finding.act(force, remove).await
             }
         }

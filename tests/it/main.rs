@@ -21,5 +21,6 @@ mod host_safety;
 mod image;
 mod jj;
 mod jj_isolation;
+mod output;
 mod reset;
 mod templates;

@@ -1,0 +1,146 @@
+//! What the CLI prints, as snapshots (insta): each test runs a scenario and
+//! compares the whole transcript (command, stdout, stderr, exit code) with the
+//! reviewed one in `tests/it/snapshots/`, so that a change of wording, or of
+//! which stream a line goes to, is a diff someone reads. Paths, ids, ages and
+//! times are replaced by placeholders first. After an intended change:
+//! `cargo insta review` (or `INSTA_UPDATE=always cargo test`, then read the diff).
+
+use crate::git::{git, repo};
+use crate::support::*;
+
+/// `args` run as the user would type them, with what they printed.
+fn transcript(env: &Env, args: &[&str]) -> String {
+    let out = env.run(args);
+    let shown: Vec<String> = args.iter().map(|a| quoted(a)).collect();
+    let mut text = format!("$ forage-ctl {}\n", shown.join(" "));
+    text.push_str(&String::from_utf8_lossy(&out.stdout));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stderr.is_empty() {
+        text.push_str("[stderr]\n");
+        text.push_str(&stderr);
+    }
+    text.push_str(&format!("[exit {}]\n\n", out.status.code().map_or("signal".into(), |c| c.to_string())));
+    text
+}
+
+/// `arg` as a shell would need it.
+fn quoted(arg: &str) -> String {
+    if !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@".contains(c)) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+fn scenario(env: &Env, commands: &[&[&str]]) -> String {
+    commands.iter().map(|args| transcript(env, args)).collect()
+}
+
+/// Runs `check` with the filters that make a transcript the same on every run.
+fn stable(env: &Env, check: impl FnOnce()) {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path("snapshots");
+    settings.set_prepend_module_to_snapshot(false);
+    settings.add_filter(&regex_escape(env.dir.path().to_str().unwrap()), "[TMP]");
+    settings.add_filter(r"\b[0-9a-f]{64}\b", "[ID]");
+    settings.add_filter(r"\b[0-9a-f]{40}\b", "[COMMIT]");
+    settings.add_filter(r"\b[0-9a-f]{12}\b", "[SHORT-ID]");
+    settings.add_filter(r"forage-host/([a-z-]+):[0-9a-f]{16}", "forage-host/$1:[KEY]");
+    settings.add_filter(r"\b\d{8}T\d{6}Z\b", "[STAMP]");
+    settings.add_filter(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z", "[TIME]");
+    settings.add_filter(r"\b\d{1,2}[smhd] ago\b", "[AGE] ago");
+    // list's AGE column, the last of a row.
+    settings.add_filter(r"(?m) \d{1,2}[smhd]$", " [AGE]");
+    settings.add_filter(r#""(created_at|archived_at)": \d+"#, r#""$1": [TIME]"#);
+    settings.bind(check);
+}
+
+fn regex_escape(text: &str) -> String {
+    text.chars().fold(String::new(), |mut out, c| {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+        out
+    })
+}
+
+#[test]
+fn bad_input_and_empty_state() {
+    let env = Env::new();
+    let file = env.path("file");
+    std::fs::write(&file, "x").unwrap();
+    let file = file.to_str().unwrap();
+    let dir = env.mkdir("project");
+    let dir = dir.to_str().unwrap();
+    let text = scenario(
+        &env,
+        &[
+            &["list"],
+            &["list", "--json"],
+            &["gc"],
+            &["status", "nosuch"],
+            &["status", "nosuch", "--json"],
+            &["down", "nosuch"],
+            &["restore", "nosuch"],
+            &["up", "Bad_Name", "--workspace", file],
+            &["up", "w", "--workspace", file],
+            &["up", "w", "--workspace", "/"],
+            &["up", "w", "--git-worktree", file],
+            &["up", "w", "-t", "claude-code", "--workspace", file],
+            &["up", "w", "--image", "Not A Reference", "--workspace", dir],
+            &["up", "w", "--memory", "lots", "--workspace", dir],
+            &["templates"],
+        ],
+    );
+    stable(&env, || insta::assert_snapshot!("bad_input_and_empty_state", text));
+    env.assert_nothing_left();
+}
+
+#[test]
+fn a_git_sandbox_from_up_to_restore() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+    let name = "snap-git";
+    let work =
+        "cd /workspace && echo new > new.txt && git add new.txt && git commit -qm 'add new.txt' && echo more >> a.txt";
+    let text = scenario(
+        &env,
+        &[
+            &["up", name, "--git-worktree", r],
+            &["exec", name, "--", "sh", "-c", work],
+            &["sync", name],
+            &["status", name],
+            &["list"],
+            &["down", name, "--dry-run"],
+            &["down", name],
+            &["list"],
+            &["restore", name],
+        ],
+    );
+    stable(&env, || insta::assert_snapshot!("a_git_sandbox_from_up_to_restore", text));
+    assert_eq!(git(&repo, &["show", "forage-snap-git:new.txt"]), "new\n");
+    env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn json_for_scripts() {
+    let env = Env::new();
+    let dir = env.mkdir("project");
+    let d = dir.to_str().unwrap();
+    let name = "snap-json";
+    let text = scenario(
+        &env,
+        &[
+            &["up", name, "--workspace", d, "--json"],
+            &["list", "--json"],
+            &["status", name, "--json"],
+            &["down", name, "--dry-run", "--json"],
+            &["down", name, "--json"],
+            &["gc", "--json"],
+        ],
+    );
+    stable(&env, || insta::assert_snapshot!("json_for_scripts", text));
+    env.assert_nothing_left();
+}
