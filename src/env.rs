@@ -13,6 +13,7 @@
 //! | `DOCKER_HOST`, `CONTAINER_HOST`, `XDG_RUNTIME_DIR` | the engine to use, and the sockets no sandbox may see |
 //! | `PATH` | where the offline image's host tools are found |
 //! | `NO_COLOR` | no colour on the terminal |
+//! | `FORAGE_PAGER`, `PAGER` | the pager `diff` and `log` use on a terminal (default `less`, with `LESS=FRX` unless `LESS` is set; `cat` or empty: none) |
 //! | `FORAGE_DEBUG_KILL_AFTER`, `FORAGE_DEBUG_PAUSE_AFTER` | fault-injection hooks for the crash tests |
 //! | `RUST_LOG` | tracing filters (read by tracing-subscriber) |
 
@@ -44,6 +45,10 @@ pub struct Settings {
     pub path: Vec<PathBuf>,
     pub debug_kill_after: Option<String>,
     pub debug_pause_after: Option<String>,
+    /// `FORAGE_PAGER`, else `PAGER` (a shell command).
+    pub pager: Option<String>,
+    /// `LESS` is set: the user's own options for less, kept.
+    pub less_set: bool,
 }
 
 /// A variable's value, unless unset or empty (which programs take for unset).
@@ -75,6 +80,8 @@ impl Settings {
             path: split("PATH").into_iter().filter(|d| d.is_absolute()).collect(),
             debug_kill_after: var(FORAGE_DEBUG_KILL_AFTER),
             debug_pause_after: var(FORAGE_DEBUG_PAUSE_AFTER),
+            pager: var("FORAGE_PAGER").or_else(|| var("PAGER")),
+            less_set: var_os("LESS").is_some(),
         }
     }
 

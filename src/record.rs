@@ -168,4 +168,8 @@ pub struct ArchiveEntry {
     /// when its tip is the agent's own commit); unknown in older indexes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uncommitted_files: Option<usize>,
+    /// How many commits (jj: changes) of the agent's the archive holds that no
+    /// branch had; unknown in older indexes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commits: Option<usize>,
 }

@@ -137,6 +137,35 @@ impl Home {
         sync_dir(&dir)
     }
 
+    /// Replaces sandbox `name`'s archive index with `entries` (none: removes it).
+    /// The caller holds the sandbox lock.
+    pub fn set_archives(&self, name: &SandboxName, entries: &[ArchiveEntry]) -> Result<()> {
+        let path = self.archives_path(name);
+        let dir = path.parent().expect("archives dir").to_path_buf();
+        if entries.is_empty() {
+            return match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::other(format!("removing {}: {e}", path.display())))
+                }
+                _ => sync_dir(&dir),
+            };
+        }
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(entries).map_err(Error::other)?)?;
+        fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
+        sync_dir(&dir)
+    }
+
+    /// The names of the sandboxes with an archive index, sorted.
+    pub fn archived_names(&self) -> Vec<SandboxName> {
+        let Ok(entries) = fs::read_dir(self.root.join("archives")) else { return Vec::new() };
+        let mut names: Vec<SandboxName> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|n| SandboxName::parse(n).ok()))
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn record_path(&self, name: &SandboxName) -> PathBuf {
         self.sandboxes_dir().join(format!("{name}.json"))
     }

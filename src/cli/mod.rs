@@ -2,6 +2,7 @@
 //! library's requests and render the results through the `Printer`; they decide
 //! nothing themselves.
 
+mod archives;
 mod attach;
 mod completions;
 mod down;
@@ -10,15 +11,18 @@ mod gc;
 mod lifecycle;
 mod list;
 mod logs;
+mod pager;
 mod printer;
 mod render;
 mod reset;
 mod restore;
+mod review;
 mod status;
 mod sync;
 mod templates;
 mod terminal;
 mod up;
+mod wait;
 
 pub use printer::{error_line, Printer};
 pub use render::{shown, shown_text};
@@ -87,6 +91,18 @@ pub enum Command {
     /// Bring the agent's work to the host repository (git: onto branch forage-NAME;
     /// jj: as bookmark forage/NAME).
     Sync(NameArg),
+    /// The agent's change since its base, committed and not (git and jj sandboxes).
+    Diff(review::DiffArgs),
+    /// The agent's commits since its base, newest first.
+    Log(review::LogArgs),
+    /// Land the agent's work on your branch (jj: bookmark), in your own checkout.
+    Merge(review::MergeArgs),
+    /// The agent's whole change as uncommitted edits in your checkout.
+    Apply(NameArg),
+    /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out).
+    Wait(wait::WaitArgs),
+    /// What `down` archived; `archives prune` deletes old archives.
+    Archives(archives::ArchivesArgs),
     /// Tear sandboxes down: container first, then workspace and record.
     #[command(visible_alias = "rm")]
     Down(down::DownArgs),
@@ -180,6 +196,12 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Restart(args) => lifecycle::restart(&ctx, args).await,
         Command::Reset(args) => reset::run(&ctx, args).await,
         Command::Sync(args) => sync::run(&ctx, args).await,
+        Command::Diff(args) => review::diff(&ctx, args).await,
+        Command::Log(args) => review::log(&ctx, args).await,
+        Command::Merge(args) => review::merge(&ctx, args).await,
+        Command::Apply(args) => review::apply(&ctx, args).await,
+        Command::Wait(args) => wait::run(&ctx, args).await,
+        Command::Archives(args) => archives::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Gc(args) => gc::run(&ctx, args).await,

@@ -63,6 +63,12 @@ impl Printer {
         self.json
     }
 
+    /// Whether the command's result may be coloured: stdout is a terminal and
+    /// `NO_COLOR` is unset.
+    pub fn data_color(&self) -> bool {
+        std::io::stdout().is_terminal() && crate::env::no_color().is_none()
+    }
+
     fn label(&self, word: &str, ansi: &str) -> String {
         if self.color {
             format!("\x1b[{ansi}m{word}\x1b[0m")

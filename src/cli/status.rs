@@ -1,7 +1,7 @@
 use super::render::age;
 use super::{Ctx, NameArg};
 use crate::error::Result;
-use crate::sandbox::SandboxStatus;
+use crate::sandbox::{Activity, SandboxStatus, IDLE_AFTER};
 use crate::workspace::{Mode, Synced};
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
@@ -15,6 +15,12 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
     line("name", r.name.to_string());
     line("status", s.row.status.to_string());
+    let quiet = IDLE_AFTER.as_secs();
+    match s.row.agent {
+        Some(Activity::Working) => line("agent", format!("working (printed in the last {quiet} s)")),
+        Some(Activity::Idle) => line("agent", format!("idle (printed nothing for {quiet} s or more)")),
+        _ => {}
+    }
     line("mode", ws.mode().to_string());
     line("workspace", ws.host_path().display().to_string());
     if let Some(e) = &s.sync_error {

@@ -114,3 +114,15 @@ pub async fn connect<R: Runtime>(engine: &Engine<R>, session: Session, tty: bool
     }
     pump_output(session.output).await
 }
+
+/// Asks `question` on stderr and reads the answer from stdin: true for `y` or `yes`.
+pub fn ask(question: &str) -> bool {
+    use std::io::Write;
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}

@@ -405,6 +405,10 @@ impl Runtime for Docker {
         self.logs_stream(container, follow, tail)
     }
 
+    async fn last_output(&self, container: &str) -> Result<Option<std::time::SystemTime>> {
+        self.last_output_time(container).await
+    }
+
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {
         let filters = HashMap::from([(
             "label".to_string(),
@@ -423,15 +427,29 @@ impl Runtime for Docker {
                 let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
                 let name = c.names?.first()?.trim_start_matches('/').to_owned();
                 let state = c.state.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown);
-                Some(ContainerSummary { name, sandbox, state })
+                let exit_code = c.status.as_deref().and_then(exit_code_in_status).filter(|_| state.has_ended());
+                Some(ContainerSummary { name, sandbox, state, exit_code })
             })
             .collect())
     }
 }
 
+/// The code in the engine's status text of an ended container: `Exited (137) 5 seconds ago`.
+fn exit_code_in_status(status: &str) -> Option<i64> {
+    let rest = status.strip_prefix("Exited (")?;
+    rest.split(')').next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exit_code_is_read_from_the_status_text() {
+        assert_eq!(exit_code_in_status("Exited (137) 5 seconds ago"), Some(137));
+        assert_eq!(exit_code_in_status("Exited (0) About a minute ago"), Some(0));
+        assert_eq!(exit_code_in_status("Up 3 minutes"), None);
+    }
 
     #[test]
     fn adds_missing_user_and_group() {

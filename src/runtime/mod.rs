@@ -239,6 +239,8 @@ pub struct ContainerSummary {
     pub name: String,
     pub sandbox: String,
     pub state: ContainerState,
+    /// The exit code of a container that ended.
+    pub exit_code: Option<i64>,
 }
 
 /// What `status` shows of a container.
@@ -347,4 +349,6 @@ pub trait Runtime: Send + Sync + 'static {
     /// The container's output so far (the last `tail` lines), and with `follow`
     /// what it prints until it exits.
     fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> OutputStream;
+    /// When the container last printed anything (`None`: never, or unknown).
+    fn last_output(&self, container: &str) -> impl Future<Output = Result<Option<std::time::SystemTime>>> + Send;
 }

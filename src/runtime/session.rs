@@ -161,6 +161,18 @@ impl Docker {
         Box::pin(stream)
     }
 
+    /// The time stamp the engine gave the container's last line of output.
+    pub(super) async fn last_output_time(&self, container: &str) -> Result<Option<std::time::SystemTime>> {
+        let options =
+            LogsOptions { stdout: true, stderr: true, timestamps: true, tail: "1".into(), ..Default::default() };
+        let mut stream = self.api().await?.logs(container, Some(options));
+        let Some(first) = stream.next().await else { return Ok(None) };
+        let bytes = first.map_err(|e| Error::docker(format!("reading the output of {container}"), e))?.into_bytes();
+        let text = String::from_utf8_lossy(&bytes);
+        let stamp = text.split(' ').next().unwrap_or("");
+        Ok(humantime::parse_rfc3339_weak(stamp.trim_end_matches('Z')).ok())
+    }
+
     /// Runs a command without a terminal and collects stdout and stderr together.
     pub(super) async fn exec_captured(
         &self,

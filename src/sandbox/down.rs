@@ -245,6 +245,7 @@ impl<R: Runtime> Engine<R> {
                 template: record.template.clone(),
                 archived_at: now(),
                 uncommitted_files: Some(a.dirty_files.len()),
+                commits: Some(a.commits),
             })?;
         }
         Ok(outcome)

@@ -5,6 +5,7 @@
 //! sandboxes that exist. What each workspace mode does is the `Workspace`
 //! trait's: nothing here matches on modes.
 
+mod archives;
 mod down;
 pub mod gc;
 pub mod journal;
@@ -14,17 +15,22 @@ mod plan;
 mod query;
 mod request;
 mod reset;
+mod review;
 mod sync;
 #[cfg(test)]
 mod tests;
 mod up;
+mod wait;
 
+pub use archives::Pruned;
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;
 pub use plan::{ContainerPlan, SecretFile, UpOptions};
-pub use query::{not_found, SandboxRow, SandboxState, SandboxStatus};
+pub use query::{not_found, Activity, SandboxRow, SandboxState, SandboxStatus, IDLE_AFTER};
 pub use request::{UpRequest, UpSpec, WorkspaceSpec};
+pub use review::{Applied, DiffPart, DiffReport, LogReport, MergeRequest};
+pub use wait::{Until, Waited};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

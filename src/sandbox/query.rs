@@ -10,9 +10,9 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::{Record, RecordState};
-use crate::runtime::{ContainerDetails, ContainerState, Runtime};
+use crate::runtime::{ContainerDetails, ContainerState, ContainerSummary, Runtime};
 use crate::store::Problem;
-use crate::workspace::{AtStake, Mode, Synced, WorkspaceStatus};
+use crate::workspace::{AtStake, Mode, Synced, WorkCounts, WorkspaceStatus};
 
 /// Where a sandbox stands, as `list` and `status` show it: its container's
 /// state, or what forage knows better.
@@ -64,6 +64,22 @@ impl Serialize for SandboxState {
     }
 }
 
+/// What the agent is doing, as `list` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activity {
+    /// Running, and it printed something in the last `IDLE_AFTER`.
+    Working,
+    /// Running, but it printed nothing for `IDLE_AFTER` (waiting for input).
+    Idle,
+    /// Its container ended (see `exit_code`).
+    Exited,
+}
+
+/// How long an agent must have printed nothing for `list` to call it idle
+/// (`wait --idle-for`'s default too).
+pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One row of `list`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxRow {
@@ -79,6 +95,15 @@ pub struct SandboxRow {
     /// A record forage cannot read: its file, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record_problem: Option<String>,
+    /// What the agent is doing (`list` only; `null` without a container).
+    pub agent: Option<Activity>,
+    /// The agent's exit code, once it exited.
+    pub exit_code: Option<i64>,
+    /// Commits (jj: changes) of the agent's on the host since the base, as of
+    /// the last sync (`list` only; `null` for a direct workspace).
+    pub ahead: Option<usize>,
+    /// Uncommitted files (jj: as of the last sync) (`list` only).
+    pub dirty: Option<usize>,
 }
 
 impl SandboxRow {
@@ -93,6 +118,10 @@ impl SandboxRow {
             workspace: Some(ws.host_path().display().to_string()),
             created_at: Some(r.created_at),
             record_problem: None,
+            agent: None,
+            exit_code: None,
+            ahead: None,
+            dirty: None,
         }
     }
 
@@ -106,6 +135,10 @@ impl SandboxRow {
             workspace: None,
             created_at: None,
             record_problem: None,
+            agent: None,
+            exit_code: None,
+            ahead: None,
+            dirty: None,
         }
     }
 }
@@ -129,15 +162,44 @@ pub struct SandboxStatus {
 impl<R: Runtime> Engine<R> {
     /// Every sandbox of this home, from the records plus one Engine API call.
     pub async fn list(&self) -> Result<Vec<SandboxRow>> {
+        self.rows(false).await
+    }
+
+    /// `list` with what each agent is doing and each workspace's counts (read
+    /// on the blocking pool while the engine answers; for a running agent,
+    /// one more request for when it last printed).
+    pub async fn overview(&self) -> Result<Vec<SandboxRow>> {
+        self.rows(true).await
+    }
+
+    async fn rows(&self, detailed: bool) -> Result<Vec<SandboxRow>> {
         let (records, bad) = self.home.load_all()?;
-        let containers = self.runtime.list(&self.home.label()).await?;
-        let mut by_sandbox: HashMap<String, ContainerState> =
-            containers.into_iter().map(|c| (c.sandbox, c.state)).collect();
+        let workspaces: Vec<_> =
+            if detailed { records.iter().map(|r| r.workspace.clone()).collect() } else { Vec::new() };
+        let label = self.home.label();
+        let (containers, mut counts) = tokio::join!(self.runtime.list(&label), counts_of(workspaces));
+        counts.resize(records.len(), None);
+        let mut by_sandbox: HashMap<String, ContainerSummary> =
+            containers?.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
         let mut rows = Vec::with_capacity(records.len() + bad.len());
-        for r in records {
-            let container_state = by_sandbox.remove(r.name.as_str());
-            let status = self.state_of(&r, container_state)?;
-            rows.push(SandboxRow::new(&r, status));
+        for (r, counts) in records.iter().zip(counts) {
+            let container = by_sandbox.remove(r.name.as_str());
+            let status = self.state_of(r, container.as_ref().map(|c| c.state))?;
+            let mut row = SandboxRow::new(r, status);
+            row.ahead = counts.map(|c| c.ahead);
+            row.dirty = counts.map(|c| c.dirty);
+            if let Some(c) = &container {
+                row.exit_code = c.exit_code;
+                row.agent = match c.state {
+                    ContainerState::Running => Some(Activity::Working),
+                    s if s.has_ended() => Some(Activity::Exited),
+                    _ => None,
+                };
+            }
+            rows.push(row);
+        }
+        if detailed {
+            self.mark_idle(&mut rows, &records).await;
         }
         // A record forage cannot read is shown, not skipped, and its container is
         // not an orphan.
@@ -152,6 +214,35 @@ impl<R: Runtime> Engine<R> {
         }
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(rows)
+    }
+
+    /// Marks running agents that printed nothing for `IDLE_AFTER` as idle (one
+    /// engine request per running agent, all at once).
+    async fn mark_idle(&self, rows: &mut [SandboxRow], records: &[Record]) {
+        let looks = rows
+            .iter()
+            .zip(records)
+            .filter(|(row, _)| row.agent == Some(Activity::Working))
+            .map(|(_, r)| async move { (r.container.clone(), self.activity_of(r).await) });
+        let activity: HashMap<String, Activity> = futures_util::future::join_all(looks).await.into_iter().collect();
+        for (row, record) in rows.iter_mut().zip(records) {
+            if let Some(a) = activity.get(&record.container) {
+                row.agent = Some(*a);
+            }
+        }
+    }
+
+    /// Whether a running agent is working or idle: idle once it has printed
+    /// nothing for `IDLE_AFTER` (counted from its creation if it never printed).
+    async fn activity_of(&self, record: &Record) -> Activity {
+        let created = std::time::UNIX_EPOCH + std::time::Duration::from_secs(record.created_at);
+        let last = self.runtime.last_output(&record.container).await.ok().flatten().unwrap_or(created);
+        let quiet = std::time::SystemTime::now().duration_since(last).unwrap_or_default();
+        if quiet >= IDLE_AFTER {
+            Activity::Idle
+        } else {
+            Activity::Working
+        }
     }
 
     /// The sandboxes `down --all` takes: every row `list` shows.
@@ -199,7 +290,19 @@ impl<R: Runtime> Engine<R> {
             Some(Err(e)) => (None, Some(e)),
             None => (None, None),
         };
-        Ok(SandboxStatus { git, sync, sync_error, row: SandboxRow::new(&record, status), record, container })
+        let mut row = SandboxRow::new(&record, status);
+        // The same columns `list` shows, from what status read anyway.
+        row.ahead = git.as_ref().map(|g| g.ahead);
+        row.dirty = git.as_ref().map(|g| g.dirty.len());
+        if let Some(c) = &container {
+            row.exit_code = c.exit_code.filter(|_| c.state.has_ended());
+            row.agent = match c.state {
+                ContainerState::Running => Some(self.activity_of(&record).await),
+                s if s.has_ended() => Some(Activity::Exited),
+                _ => None,
+            };
+        }
+        Ok(SandboxStatus { git, sync, sync_error, row, record, container })
     }
 
     /// What only sandbox `name` holds, which `down` would archive and `down
@@ -228,6 +331,22 @@ impl<R: Runtime> Engine<R> {
     pub fn record(&self, name: &SandboxName) -> Result<Record> {
         self.home.load(name)?.ok_or_else(|| not_found(name))
     }
+}
+
+/// Each workspace's `counts`, read on the blocking pool, a few at a time.
+async fn counts_of(workspaces: Vec<crate::workspace::WorkspaceRecord>) -> Vec<Option<WorkCounts>> {
+    let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(workspaces.len().max(1));
+    let per_lane = workspaces.len().div_ceil(lanes).max(1);
+    let mut chunks: Vec<Vec<crate::workspace::WorkspaceRecord>> = Vec::new();
+    let mut rest = workspaces;
+    while !rest.is_empty() {
+        let tail = rest.split_off(per_lane.min(rest.len()));
+        chunks.push(std::mem::replace(&mut rest, tail));
+    }
+    let tasks = chunks
+        .into_iter()
+        .map(|chunk| tokio::task::spawn_blocking(move || chunk.iter().map(|w| w.get().counts()).collect::<Vec<_>>()));
+    futures_util::future::join_all(tasks).await.into_iter().flat_map(|r| r.unwrap_or_default()).collect()
 }
 
 pub fn not_found(name: &SandboxName) -> Error {

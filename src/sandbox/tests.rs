@@ -97,6 +97,9 @@ impl Runtime for FakeRuntime {
     fn logs(&self, _: &str, _: bool, _: Option<u64>) -> OutputStream {
         Box::pin(futures_util::stream::empty())
     }
+    async fn last_output(&self, _: &str) -> Result<Option<std::time::SystemTime>> {
+        Ok(None)
+    }
 }
 
 /// An engine over `runtime`, with FORAGE_HOME at `<dir>/home` and one template,

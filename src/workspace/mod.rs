@@ -4,6 +4,7 @@
 pub mod direct;
 pub mod git;
 pub mod jj;
+pub mod review;
 pub mod untrusted;
 mod worktree_files;
 
@@ -157,6 +158,27 @@ pub trait Workspace: Send + Sync {
     fn refresh_view_of_host(&self) -> Result<()> {
         Ok(())
     }
+    /// What the review commands read and land (`None`: a direct workspace,
+    /// which has no history).
+    fn review(&self) -> Option<&dyn review::Review> {
+        None
+    }
+    /// `list`'s counts, cheaply and without a sync (`None`: no history, or
+    /// unreadable now).
+    fn counts(&self) -> Option<WorkCounts> {
+        None
+    }
+}
+
+/// How much work a sandbox holds, as `list` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WorkCounts {
+    /// git: commits on the host's branch since the base (as of the last
+    /// sync); jj: the agent's changes the last sync brought.
+    pub ahead: usize,
+    /// git: files of the worktree that differ from the branch, now; jj: files
+    /// of the working-copy change, as of the last sync.
+    pub dirty: usize,
 }
 
 /// What a record remembers of a sandbox's workspace.

@@ -81,13 +81,34 @@ pub struct WorktreeFiles {
     pub skipped: Vec<(String, String)>,
     /// Paths too big to read, which only looking cannot compare: counted as changed.
     unread: Vec<Vec<u8>>,
+    /// The paths of `skipped`, as bytes.
+    unseen: Vec<Vec<u8>>,
+}
+
+/// What a `read` does with the files it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Only hashes them (`status`): a file the agent made unreadable is skipped.
+    Look,
+    /// Also stores their content in the repository's object store (a review's
+    /// tree, in memory or on disk): unreadable files are still skipped.
+    Store,
+    /// Stores them, first giving the user back any permission the agent took
+    /// (an archive, after the agent is gone): nothing is skipped for that.
+    TakeOver,
+}
+
+impl Reading {
+    fn stores(self) -> bool {
+        self != Reading::Look
+    }
 }
 
 /// Reads the worktree at `root`. `repo` is the host's repository: its
 /// `info/exclude` and `core.excludesFile` add to the worktree's ignore rules,
-/// and its object store receives the content of every changed file when
-/// `write` is set (for a commit); without, files are only hashed.
-pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result<WorktreeFiles> {
+/// and its object store receives the content of every changed file unless
+/// `how` is `Look`.
+pub fn read(repo: &Repository, root: &Path, known: Known, how: Reading) -> Result<WorktreeFiles> {
     let (tracked, since, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
         Known::Index(index) => {
             let mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
@@ -108,7 +129,7 @@ pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result
             }
         }
     }
-    if let (true, Some(parent), Some(name)) = (write, root.parent(), root.file_name()) {
+    if let (Reading::TakeOver, Some(parent), Some(name)) = (how, root.parent(), root.file_name()) {
         Dir::open(parent).and_then(|p| p.grant_owner_access(name)).map_err(err)?;
     }
     let mut walk = Walk {
@@ -119,7 +140,7 @@ pub fn read(repo: &Repository, root: &Path, known: Known, write: bool) -> Result
         tracked_dirs,
         since,
         jj,
-        write,
+        how,
         out: WorktreeFiles::default(),
     };
     walk.run(Dir::open(root).map_err(err)?)?;
@@ -195,7 +216,7 @@ struct Walk<'a> {
     since: Option<(i64, i64)>,
     /// jj mode: `.jj` is left out like `.git`.
     jj: bool,
-    write: bool,
+    how: Reading,
     out: WorktreeFiles,
 }
 
@@ -225,7 +246,7 @@ impl Walk<'_> {
     /// Reads `dir`'s entries: records its files, and returns its subdirectories.
     fn list(&mut self, dir: &Rc<Dir>, prefix: &[u8], rules: &Rc<Vec<Gitignore>>) -> Result<Vec<Pending>> {
         let entries = match dir.entries() {
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !self.write => {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.how != Reading::TakeOver => {
                 self.skip(prefix, "the agent made it unreadable".into());
                 return Ok(Vec::new());
             }
@@ -269,6 +290,7 @@ impl Walk<'_> {
 
     fn skip(&mut self, rel: &[u8], why: String) {
         self.out.skipped.push((String::from_utf8_lossy(rel).into_owned(), why));
+        self.out.unseen.push(rel.to_vec());
     }
 
     /// The rules that apply in `dir`: those above it, then its own `.gitignore`,
@@ -305,9 +327,9 @@ impl Walk<'_> {
     }
 
     /// Runs `open` on `name`. If the agent took the user's permission to read it:
-    /// when writing (an archive, after the agent is gone), gives the permission
-    /// back and tries again; when only looking (`status`), lists it as skipped
-    /// and returns `None`.
+    /// when taking over (an archive, after the agent is gone), gives the
+    /// permission back and tries again; otherwise lists it as skipped and
+    /// returns `None`.
     fn readable<T>(
         &mut self,
         dir: &Dir,
@@ -315,11 +337,11 @@ impl Walk<'_> {
         rel: &[u8],
         open: impl Fn(&Dir, &OsStr) -> std::io::Result<T>,
     ) -> Result<Option<T>> {
-        if self.write {
+        if self.how == Reading::TakeOver {
             dir.grant_owner_access(name).map_err(err)?;
         }
         match open(dir, name) {
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !self.write => {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.how != Reading::TakeOver => {
                 self.skip(rel, "the agent made it unreadable".into());
                 Ok(None)
             }
@@ -376,11 +398,11 @@ impl Walk<'_> {
         }
     }
 
-    /// The blob id of `size` bytes from `content`, streamed (and, with `write`,
-    /// streamed into the host's object store). A file that grew or shrank while
+    /// The blob id of `size` bytes from `content`, streamed (and, unless only
+    /// looking, streamed into the host's object store). A file that grew or shrank while
     /// it was read is an error: it is still being written.
     fn blob(&self, content: &mut dyn Read, size: u64) -> Result<Oid> {
-        if self.write {
+        if self.how.stores() {
             let odb = self.repo.odb().map_err(err)?;
             let mut writer = odb.writer(size as usize, ObjectType::Blob).map_err(err)?;
             stream(content, size, |chunk| writer.write_all(chunk).map_err(err))?;
@@ -415,7 +437,7 @@ fn stream(content: &mut dyn Read, size: u64, mut sink: impl FnMut(&[u8]) -> Resu
 }
 
 impl WorktreeFiles {
-    /// Writes these files as a tree into `repo` (after a `read` with `write`).
+    /// Writes these files as a tree into `repo` (after a `read` that stored them).
     pub fn write_tree(&self, repo: &Repository) -> Result<Oid> {
         let mut index = Index::new().map_err(err)?;
         for f in &self.files {
@@ -437,6 +459,29 @@ impl WorktreeFiles {
             index.add(&entry).map_err(err)?;
         }
         index.write_tree_to(repo).map_err(err)
+    }
+
+    /// Writes these files as a tree into `repo`, keeping from `fallback` (the
+    /// committed tree) every path forage could not read (skipped: too big,
+    /// unreadable, not a file, too deep): what forage cannot see is taken to
+    /// be as committed, never deleted.
+    pub fn write_tree_keeping(&self, repo: &Repository, fallback: &Tree) -> Result<Oid> {
+        if self.unseen.is_empty() {
+            return self.write_tree(repo);
+        }
+        let unseen: Vec<&[u8]> = self.unseen.iter().map(Vec::as_slice).collect();
+        let under = |path: &[u8]| {
+            unseen.iter().any(|u| path == *u || (path.starts_with(u) && path.get(u.len()) == Some(&b'/')))
+        };
+        let have: HashSet<&[u8]> = self.files.iter().map(|f| f.path.as_slice()).collect();
+        let mut all = WorktreeFiles { files: self.files.clone(), ..Default::default() };
+        for (path, (mode, id)) in tree_files(repo, fallback)? {
+            if !have.contains(path.as_slice()) && under(&path) {
+                all.files.push(FileEntry { path, mode, id });
+            }
+        }
+        all.files.sort_by(|a, b| a.path.cmp(&b.path));
+        all.write_tree(repo)
     }
 
     /// The paths that differ from `tree` (added, changed or removed), sorted;
@@ -510,7 +555,7 @@ mod tests {
         big.set_len(MAX_FILE_BYTES + 1).unwrap();
         // A FIFO where a .gitignore belongs blocks nothing.
         nix::unistd::mkfifo(&wt.join(".gitignore"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Look).unwrap();
         let names: Vec<&[u8]> = files.files.iter().map(|f| f.path.as_slice()).collect();
         assert_eq!(names, [&b"ok.txt"[..]]);
         let skipped: HashMap<&str, &str> = files.skipped.iter().map(|(p, w)| (p.as_str(), w.as_str())).collect();
@@ -537,7 +582,7 @@ mod tests {
         }
         std::fs::create_dir_all(&deep).unwrap();
         std::fs::write(deep.join("f"), "too deep").unwrap();
-        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Look).unwrap();
         let names: Vec<String> = files.files.iter().map(|f| String::from_utf8_lossy(&f.path).into_owned()).collect();
         assert_eq!(names, [".gitignore", "keep.log", "sub/.gitignore", "sub/kept"]);
         assert!(files.skipped.iter().any(|(_, why)| why.contains("deeper than")), "{:?}", files.skipped);
@@ -548,9 +593,10 @@ mod tests {
         let (dir, repo) = repo_with_worktree();
         let wt = dir.path().join("wt");
         std::fs::write(wt.join("a"), "hello\n").unwrap();
-        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, false).unwrap();
+        let files = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Look).unwrap();
         assert_eq!(files.files[0].id, Oid::hash_object(ObjectType::Blob, b"hello\n").unwrap());
-        let written = read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, true).unwrap();
+        let written =
+            read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Store).unwrap();
         assert_eq!(written.files[0].id, files.files[0].id);
         assert!(repo.find_blob(written.files[0].id).is_ok());
     }

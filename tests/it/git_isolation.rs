@@ -559,7 +559,11 @@ fn fifos_huge_sparse_files_deep_trees_and_names_git_refuses_cost_forage_bounded_
     let archive = &archive_refs(&repo)[0];
     let files = git(&repo, &["ls-tree", "-r", "--name-only", archive]);
     let files: Vec<&str> = files.lines().collect();
-    assert_eq!(files, ["a.txt", "kept.txt", "shallow/a/f"], "what the archive holds");
+    // A path forage could not read keeps its last committed content: a FIFO in
+    // place of .gitignore neither deletes the file from the work nor blocks down.
+    assert_eq!(files, [".gitignore", "a.txt", "kept.txt", "shallow/a/f"], "what the archive holds");
+    let kept = git(&repo, &["show", &format!("{archive}:.gitignore")]);
+    assert_eq!(kept, git(&repo, &["show", "main:.gitignore"]), "the committed .gitignore, not the FIFO");
     fsck(&repo);
     env.assert_nothing_left_but_archives();
 }

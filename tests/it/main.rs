@@ -23,4 +23,5 @@ mod jj;
 mod jj_isolation;
 mod output;
 mod reset;
+mod review;
 mod templates;

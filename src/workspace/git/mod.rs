@@ -17,6 +17,7 @@
 pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
+mod review;
 
 use std::path::{Path, PathBuf};
 
@@ -24,7 +25,7 @@ use git2::{BranchType, ErrorCode, ObjectType, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
 use super::untrusted::{remove_created_dir, Dir};
-use super::worktree_files::{self, Known};
+use super::worktree_files::{self, Known, Reading};
 use super::{commit_line, AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
 use crate::error::{Error, Result};
 use crate::host_paths::Guard;
@@ -480,7 +481,7 @@ impl GitWorkspace {
     fn uncommitted(&self) -> Result<(Vec<String>, Vec<String>)> {
         let Some(view) = self.view()? else { return Ok(Default::default()) };
         let index = view.index().map_err(ws_err)?;
-        let files = worktree_files::read(&view, &self.path, Known::Index(index), false)?;
+        let files = worktree_files::read(&view, &self.path, Known::Index(index), Reading::Look)?;
         let repo = self.open()?;
         let tree = self.tip(&repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
         let changed = files.changed_since(&repo, tree.as_ref())?;
@@ -518,6 +519,9 @@ impl GitWorkspace {
     pub fn stake(&self) -> Result<AtStake> {
         let repo = self.open()?;
         let mut out = AtStake::default();
+        if self.landed_covers()? {
+            return Ok(out);
+        }
         if let Some(tip) = self.tip(&repo) {
             for id in self.commits_on_no_branch(&repo, tip, Some(&self.branch))? {
                 let commit = repo.find_commit(id).map_err(ws_err)?;
@@ -600,7 +604,10 @@ impl GitWorkspace {
         }
         let (_, synced) = self.sync_branch()?;
         self.archive_elsewhere(&repo, synced, name, timestamp, &mut out)?;
-        self.archive_branch(&repo, name, timestamp, &mut out)?;
+        // Files and commits a `merge` landed, still on a branch, need no archive.
+        if !self.landed_covers()? {
+            self.archive_branch(&repo, name, timestamp, &mut out)?;
+        }
         Ok(out)
     }
 
@@ -683,11 +690,15 @@ impl GitWorkspace {
         let (dirty, tree) = match self.view()? {
             Some(view) => {
                 let index = view.index().map_err(ws_err)?;
-                let files = worktree_files::read(&view, &self.path, Known::Index(index), true)?;
+                let files = worktree_files::read(&view, &self.path, Known::Index(index), Reading::TakeOver)?;
                 let parent_tree =
                     tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
                 let dirty = files.changed_since(repo, parent_tree.as_ref())?;
-                let tree = if dirty.is_empty() { None } else { Some(files.write_tree(repo)?) };
+                let tree = match (&parent_tree, dirty.is_empty()) {
+                    (_, true) => None,
+                    (Some(parent), false) => Some(files.write_tree_keeping(repo, parent)?),
+                    (None, false) => Some(files.write_tree(repo)?),
+                };
                 for (source, why) in files.skipped {
                     out.not_archived.push(NotArchived { source, why });
                 }
@@ -820,6 +831,18 @@ impl Workspace for GitWorkspace {
     fn refresh_view_of_host(&self) -> Result<()> {
         self.refresh_origin()
     }
+
+    fn review(&self) -> Option<&dyn super::review::Review> {
+        (!self.is_legacy()).then_some(self as &dyn super::review::Review)
+    }
+
+    fn counts(&self) -> Option<super::WorkCounts> {
+        if self.is_legacy() {
+            return None;
+        }
+        let ahead = self.ahead_behind().ok().flatten().map_or(0, |(ahead, _)| ahead);
+        Some(super::WorkCounts { ahead, dirty: self.dirty_files().ok()?.len() })
+    }
 }
 
 /// Marks every submodule (gitlink) entry of the host view's index
@@ -930,6 +953,26 @@ pub fn restore_branch(common_dir: &Path, commit: &str, branch: &str) -> Result<(
     }
     repo.branch(branch, &commit, false).map_err(|e| ws_err(format!("creating branch {branch}: {e}")))?;
     Ok(())
+}
+
+/// Deletes archive ref `refname` (one of `refs/forage/archive/`) if it still
+/// points at `commit`: true when deleted, false when it is gone already.
+/// One that moved is someone else's now, and refused.
+pub fn delete_archive_ref(common_dir: &Path, refname: &str, commit: &str) -> Result<bool> {
+    if !refname.starts_with(&format!("{ARCHIVE_PREFIX}/")) {
+        return Err(ws_err(format!("{refname} is not an archive ref of forage's; left alone")));
+    }
+    let repo = Repository::open(common_dir).map_err(|e| ws_err(format!("opening {}: {e}", common_dir.display())))?;
+    let mut reference = match repo.find_reference(refname) {
+        Ok(r) => r,
+        Err(e) if e.code() == ErrorCode::NotFound => return Ok(false),
+        Err(e) => return Err(ws_err(format!("reading {refname}: {e}"))),
+    };
+    if reference.target().map(|t| t.to_string()).as_deref() != Some(commit) {
+        return Err(Error::conflict(format!("{refname} no longer points at the archived commit; left alone")));
+    }
+    reference.delete().map_err(|e| ws_err(format!("deleting {refname}: {e}")))?;
+    Ok(true)
 }
 
 /// What `down` archived.

@@ -19,6 +19,7 @@
 //! the git commits it makes.
 
 mod ownership;
+mod review;
 pub mod state;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::git::{import, ArchiveOutcome, Archived, NotArchived};
 use super::untrusted::{remove_created_dir, Dir};
-use super::worktree_files::{self, Known};
+use super::worktree_files::{self, Known, Reading};
 use super::{AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
 use crate::error::{Error, Result};
 use crate::host_paths::Guard;
@@ -101,6 +102,10 @@ pub struct JjWorkspace {
     pub workspace: String,
     /// The commits the agent's first change sits on.
     pub base: Vec<String>,
+    /// The bookmark the base was on when the sandbox was made: where `merge`
+    /// lands the work by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_bookmark: Option<String>,
     /// FORAGE_HOME/private/<name>. `None` in those older records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private: Option<PathBuf>,
@@ -169,6 +174,7 @@ impl JjRequest {
                 path,
                 bookmark,
                 workspace: String::new(),
+                base_bookmark: bookmark_at(&found.bookmarks, &found.base),
                 base: found.base,
                 private: Some(private),
                 bookmarks_seen: Some(found.bookmarks),
@@ -204,6 +210,23 @@ fn git_store(repo_dir: &Path) -> Result<PathBuf> {
         .join(target.trim())
         .canonicalize()
         .map_err(|e| ws_err(format!("the git store of {}: {e}", repo_dir.display())))
+}
+
+/// The bookmark of the user's that points at the (single) base: `main`,
+/// `master` or `trunk` if one does, else the only one.
+fn bookmark_at(bookmarks: &BTreeMap<String, Oid>, base: &[String]) -> Option<String> {
+    let [base] = base else { return None };
+    let at: Vec<&String> = bookmarks
+        .iter()
+        .filter(|(name, id)| id.to_string() == *base && !name.starts_with("forage"))
+        .map(|(name, _)| name)
+        .collect();
+    let usual = at.iter().find(|b| ["main", "master", "trunk"].contains(&b.as_str()));
+    match (usual, at.as_slice()) {
+        (Some(b), _) => Some((*b).clone()),
+        (None, [only]) => Some((*only).clone()),
+        _ => None,
+    }
 }
 
 /// The repository's local bookmarks that point at one commit, by name.
@@ -572,7 +595,7 @@ impl JjWorkspace {
         // The repository's view of the workspace, for its ignore rules; in memory only.
         let view = Repository::open(self.git_dir()?).map_err(ws_err)?;
         view.set_workdir(&self.path, false).map_err(ws_err)?;
-        let read = worktree_files::read(&view, &self.path, Known::Snapshot { files, since }, true)?;
+        let read = worktree_files::read(&view, &self.path, Known::Snapshot { files, since }, Reading::TakeOver)?;
         let changed = read.changed_since(host, Some(&tree))?;
         if changed.is_empty() {
             return Ok(None);
@@ -616,7 +639,15 @@ impl JjWorkspace {
             }
         };
         let working_copy = Oid::from_str(&working_copy).map_err(ws_err)?;
-        let mut heads: Vec<Oid> = heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
+        // Work a bookmark of the user's holds (a `merge` landed it) needs no archive.
+        let landed = self.landed_covers(Some(working_copy))?;
+        // (jj is asked for the user's bookmarks only when there is work to check.)
+        let tips: Vec<Oid> = if heads.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
+        let mut heads: Vec<Oid> = heads
+            .iter()
+            .filter_map(|h| Oid::from_str(h).ok())
+            .filter(|h| !landed && !super::review::held_by(&host, *h, &tips))
+            .collect();
         let late = self.files_after_snapshot(&host, working_copy, since, name)?;
         let mut dirty_files = Vec::new();
         if let Some(LateFiles { commit, changed, skipped }) = late {
@@ -717,6 +748,12 @@ impl JjWorkspace {
                 .filter_map(|h| Oid::from_str(h).ok())
                 .collect(),
         };
+        // Work a bookmark of the user's holds (a `merge` landed it) is not at stake.
+        if self.landed_covers(state.map(AgentState::working_copy))? {
+            return Ok(out);
+        }
+        let tips: Vec<Oid> = if work.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
+        let work: Vec<Oid> = work.into_iter().filter(|id| !super::review::held_by(&host, *id, &tips)).collect();
         let objects = Dir::open(private)
             .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
             .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
@@ -862,6 +899,18 @@ impl Workspace for JjWorkspace {
     fn refresh_view_of_host(&self) -> Result<()> {
         self.refresh_host_view()
     }
+
+    fn review(&self) -> Option<&dyn super::review::Review> {
+        (!self.is_legacy()).then_some(self as &dyn super::review::Review)
+    }
+
+    fn counts(&self) -> Option<super::WorkCounts> {
+        if self.is_legacy() {
+            return None;
+        }
+        let ahead = self.last_sync().map_or(0, |s| s.changes);
+        Some(super::WorkCounts { ahead, dirty: self.changed_files().ok()?.len() })
+    }
 }
 
 /// The files of a workspace that jj's snapshot had not seen, as a commit.
@@ -888,6 +937,23 @@ pub struct JjSync {
     /// (its history, another sandbox's work): given no bookmark.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_the_agents: Vec<String>,
+}
+
+/// Deletes archive bookmark `name` (one of `forage/archive/`) if it still
+/// points at `commit`: true when deleted, false when it is gone already. One
+/// that moved is someone else's now, and refused.
+pub fn delete_archive_bookmark(repo: &Path, name: &str, commit: &str) -> Result<bool> {
+    if !name.starts_with(&format!("{ARCHIVE_PREFIX}/")) {
+        return Err(ws_err(format!("{name} is not an archive bookmark of forage's; left alone")));
+    }
+    let repo = repo.to_str().ok_or_else(|| ws_err("the repository path is not UTF-8"))?;
+    let template = r#"if(!remote, name ++ " " ++ if(normal_target, normal_target.commit_id(), "conflicted") ++ "\n")"#;
+    let listed = jj_on_host(repo, &["bookmark", "list", "-T", template])?;
+    let Some(target) = listed.lines().find_map(|l| l.strip_prefix(&format!("{name} "))) else { return Ok(false) };
+    if target != commit {
+        return Err(Error::conflict(format!("bookmark {name} no longer points at the archived commit; left alone")));
+    }
+    jj_on_host(repo, &["bookmark", "delete", name]).map(|_| true)
 }
 
 /// Creates bookmark `name` at `commit` (restore without --up).

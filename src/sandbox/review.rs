@@ -1,0 +1,287 @@
+//! The review commands: `diff`, `log`, `merge` and `apply`. Each syncs the
+//! sandbox first, then reads the work as the host holds it
+//! (`workspace::review`): the agent's verified commits in the user's repository
+//! and its worktree's files, never its own repository.
+
+use serde::Serialize;
+
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::record::Record;
+use crate::runtime::Runtime;
+use crate::store::Lock;
+use crate::workspace::review::{self, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
+use crate::workspace::{Mode, WorkspaceRecord};
+
+/// Which part of the work `diff` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiffPart {
+    /// Committed and uncommitted together, from where the work started.
+    #[default]
+    All,
+    /// The commits only.
+    Committed,
+    /// What is not committed only (jj: the working-copy change).
+    Uncommitted,
+}
+
+/// What `diff` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub sandbox: String,
+    /// `diff A B`: the other sandbox, whose files are the new side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+    /// The commit the work started from (the old side, without `other`).
+    pub start: String,
+    pub files: Vec<FileChange>,
+    /// Worktree paths forage could not read, each with why (taken as committed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Why the sync before it failed: the diff then shows what the host had.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sync_errors: Vec<String>,
+}
+
+/// What `log` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogReport {
+    pub sandbox: String,
+    pub start: String,
+    pub commits: Vec<LogEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_error: Option<String>,
+}
+
+/// Where and how `merge` lands the work.
+#[derive(Debug, Clone)]
+pub struct MergeRequest {
+    /// The branch (git) or bookmark (jj); default: the one the sandbox was made from.
+    pub into: Option<String>,
+    pub how: LandHow,
+    /// `--squash`'s commit message.
+    pub message: Option<String>,
+}
+
+/// What `apply` changed in the user's checkout.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    pub sandbox: String,
+    pub checkout: String,
+    pub files: Vec<String>,
+}
+
+impl<R: Runtime> Engine<R> {
+    /// The change the agent made (see `DiffPart`), or between two sandboxes'
+    /// files (`other`, on the same repository).
+    pub async fn diff(&self, name: &SandboxName, other: Option<&SandboxName>, part: DiffPart) -> Result<DiffReport> {
+        let _locks = self.lock_in_order(name, other).await?;
+        let record = self.reviewable(name)?;
+        let other_record = other.map(|o| self.reviewable(o)).transpose()?;
+        if let Some(o) = &other_record {
+            if !o.workspace.same_repository(&record.workspace) {
+                return Err(Error::usage(format!(
+                    "sandboxes {name} and {} work on different repositories; diff compares two sandboxes of one",
+                    o.name
+                )));
+            }
+        }
+        let mut sync_errors = Vec::new();
+        for r in std::iter::once(&record).chain(other_record.as_ref()) {
+            if let Err(e) = self.sync_for_review(r).await {
+                sync_errors.push(format!("sandbox {}: {e}", r.name));
+            }
+        }
+        let (ws, other_ws) = (record.workspace.clone(), other_record.map(|r| r.workspace));
+        let (start, files, skipped) = super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let repo = review.repository()?;
+            review::in_memory(&repo)?;
+            let work = review.work(&repo)?;
+            let mut skipped = work.skipped.clone();
+            let (old, new) = match &other_ws {
+                Some(o) => {
+                    let theirs = reviewer(o)?.work(&repo)?;
+                    skipped.extend(theirs.skipped.iter().cloned());
+                    (work.current, theirs.current)
+                }
+                None => match part {
+                    DiffPart::All => (review::tree_of(&repo, work.start)?, work.current),
+                    DiffPart::Committed => (review::tree_of(&repo, work.start)?, review::tree_of(&repo, work.tip)?),
+                    DiffPart::Uncommitted => (review::tree_of(&repo, work.tip)?, work.current),
+                },
+            };
+            Ok((work.start.to_string(), review::diff(&repo, Some(old), Some(new))?, skipped))
+        })
+        .await?;
+        Ok(DiffReport {
+            sandbox: name.to_string(),
+            other: other.map(|o| o.to_string()),
+            start,
+            files,
+            skipped,
+            sync_errors,
+        })
+    }
+
+    /// The agent's commits since the work started, newest first.
+    pub async fn log(&self, name: &SandboxName) -> Result<LogReport> {
+        let _lock = self.lock_sandbox(name).await?;
+        let record = self.reviewable(name)?;
+        let sync_error = self.sync_for_review(&record).await.err().map(|e| e.to_string());
+        let ws = record.workspace.clone();
+        let (start, commits) = super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let repo = review.repository()?;
+            review::in_memory(&repo)?;
+            let work = review.work(&repo)?;
+            Ok((work.start.to_string(), review.commits(&repo, &work)?))
+        })
+        .await?;
+        Ok(LogReport { sandbox: name.to_string(), start, commits, sync_error })
+    }
+
+    /// Syncs, then works out how `merge` would land the work (writing the
+    /// commits that takes, moving nothing): for the user to see first.
+    pub async fn plan_merge(&self, name: &SandboxName, request: MergeRequest) -> Result<LandPlan> {
+        let _lock = self.lock_sandbox(name).await?;
+        let record = self.reviewable(name)?;
+        self.sync_for_review(&record).await.map_err(|e| {
+            Error::new(e.kind(), format!("merge lands only work a sync verified, and the sync failed: {e}"))
+        })?;
+        let _repo = self.lock_repo_of(&record).await?;
+        let ws = record.workspace.clone();
+        let name = name.clone();
+        super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let repo = review.repository()?;
+            let work = review.work(&repo)?;
+            let target = request.into.clone().or_else(|| work.target.clone()).ok_or_else(|| {
+                Error::usage(format!(
+                    "sandbox {name} was not made from a {} forage knows, so it cannot tell where to land the work; pass --into",
+                    if ws.mode() == Mode::Jj { "bookmark" } else { "branch" }
+                ))
+            })?;
+            refuse_forage_target(&target, ws.mode())?;
+            let tip = review.target_tip(&repo, &target)?;
+            let commits = review.commits(&repo, &work)?;
+            let landing = Landing { target: &target, tip, how: request.how, message: request.message.as_deref() };
+            if ws.mode() == Mode::Jj && request.how == LandHow::Rebase {
+                return Err(Error::usage(
+                    "--rebase would copy the agent's jj changes under new change ids; merge without it (jj keeps them as they are), or pass --squash",
+                ));
+            }
+            review::plan(&repo, &name, &work, commits, &landing)
+        })
+        .await
+    }
+
+    /// Lands a plan `plan_merge` made: moves the target where the plan says
+    /// (refusing if it moved since, or its checkout is dirty), and remembers
+    /// what landed, so that `down` finds nothing of it to archive.
+    pub async fn merge(&self, name: &SandboxName, plan: LandPlan) -> Result<LandPlan> {
+        let _lock = self.lock_sandbox(name).await?;
+        let record = self.reviewable(name)?;
+        let _repo = self.lock_repo_of(&record).await?;
+        let ws = record.workspace.clone();
+        super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let repo = review.repository()?;
+            if !plan.is_empty() {
+                review.land(&repo, &plan)?;
+            }
+            if let Some(file) = review.landed_file() {
+                let landed =
+                    Landed { target: plan.target.clone(), commit: plan.commit.clone(), tree: plan.tree.clone() };
+                landed.write(&file)?;
+            }
+            Ok(plan)
+        })
+        .await
+    }
+
+    /// The agent's whole change as uncommitted edits in the user's checkout.
+    pub async fn apply(&self, name: &SandboxName) -> Result<Applied> {
+        let _lock = self.lock_sandbox(name).await?;
+        let record = self.reviewable(name)?;
+        self.sync_for_review(&record).await.map_err(|e| {
+            Error::new(e.kind(), format!("apply takes only work a sync verified, and the sync failed: {e}"))
+        })?;
+        let _repo = self.lock_repo_of(&record).await?;
+        let ws = record.workspace.clone();
+        let files = super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let repo = review.repository()?;
+            review::in_memory(&repo)?;
+            let work = review.work(&repo)?;
+            review.apply(&repo, &work)
+        })
+        .await?;
+        let checkout = record.workspace.get().repository().map(|p| p.display().to_string()).unwrap_or_default();
+        Ok(Applied { sandbox: name.to_string(), checkout, files })
+    }
+
+    /// The record of a sandbox whose work can be reviewed.
+    fn reviewable(&self, name: &SandboxName) -> Result<Record> {
+        let record = self.record(name)?;
+        if record.workspace.get().review().is_none() {
+            return Err(match record.workspace.mode() {
+                Mode::Direct => Error::usage(format!(
+                    "sandbox {name} works directly in {}: it has no history of its own, and its changes are already your files",
+                    record.workspace.host_path().display()
+                )),
+                _ => Error::usage(format!(
+                    "sandbox {name} was made by an older forage that shared the repository with the agent, so forage does not read its work"
+                ))
+                .hint_run("{command} tears it down, keeping its work as that forage did", ["down", name.as_str()]),
+            });
+        }
+        Ok(record)
+    }
+
+    /// `sync` of a sandbox whose lock the caller holds, with jj's snapshot
+    /// taken inside (in a helper container when it is stopped).
+    async fn sync_for_review(&self, record: &Record) -> Result<()> {
+        let inside = match self.run_inside_if_running(record, true).await {
+            Some(inside) => Some(inside),
+            None => self.run_inside_in_helper(record, true).await,
+        };
+        self.sync_record(record, inside).await.map(|_| ())
+    }
+
+    /// The locks of one or two sandboxes, always taken in name order (so that
+    /// `diff a b` and `diff b a` never wait on each other).
+    async fn lock_in_order(&self, name: &SandboxName, other: Option<&SandboxName>) -> Result<Vec<Lock>> {
+        let mut names: Vec<&SandboxName> = std::iter::once(name).chain(other).collect();
+        names.sort();
+        names.dedup();
+        let mut locks = Vec::new();
+        for n in names {
+            locks.push(self.lock_sandbox(n).await?);
+        }
+        Ok(locks)
+    }
+
+    async fn lock_repo_of(&self, record: &Record) -> Result<Option<Lock>> {
+        match record.workspace.get().repository_lock() {
+            Some(repo) => Ok(Some(self.lock_repo(repo).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn reviewer(ws: &WorkspaceRecord) -> Result<&dyn Review> {
+    ws.get().review().ok_or_else(|| Error::usage("this sandbox's work cannot be reviewed"))
+}
+
+/// A sandbox's own branches and archives are no place to land work.
+fn refuse_forage_target(target: &str, mode: Mode) -> Result<()> {
+    if !target.starts_with("forage") {
+        return Ok(());
+    }
+    let kind = if mode == Mode::Jj { "bookmark" } else { "branch" };
+    Err(Error::usage(format!(
+        "{target:?} is a {kind} of forage's (a sandbox's work or an archive); land the work on one of yours"
+    )))
+}

@@ -1,0 +1,200 @@
+//! git mode's side of the review commands (`workspace::review`): the work is
+//! the host's `forage-<name>` (as the last sync left it) plus the worktree's
+//! files read as untrusted data; landing moves the user's branch in the
+//! checkout that has it, refusing a dirty one.
+
+use std::path::PathBuf;
+
+use git2::{ApplyLocation, ApplyOptions, BranchType, Oid, Repository, StatusOptions};
+
+use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
+use super::super::worktree_files::{self, Known, Reading};
+use super::{ws_err, GitWorkspace};
+use crate::error::{Error, Result};
+
+impl Review for GitWorkspace {
+    fn repository(&self) -> Result<Repository> {
+        self.open()
+    }
+
+    fn work(&self, repo: &Repository) -> Result<Work> {
+        let base = Oid::from_str(&self.base).map_err(ws_err)?;
+        let tip = self.tip(repo).unwrap_or(base);
+        let target = self.target_branch(repo);
+        let start = match target.as_deref().and_then(|t| repo.refname_to_id(&format!("refs/heads/{t}")).ok()) {
+            Some(target_tip) => repo.merge_base(target_tip, tip).unwrap_or(base),
+            None => base,
+        };
+        let tip_tree = repo.find_tree(tree_of(repo, tip)?).map_err(ws_err)?;
+        let (current, skipped) = match self.view()? {
+            Some(view) => {
+                let index = view.index().map_err(ws_err)?;
+                let files = worktree_files::read(repo, &self.path, Known::Index(index), Reading::Store)?;
+                let skipped = files.skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect();
+                (files.write_tree_keeping(repo, &tip_tree)?, skipped)
+            }
+            None => (tip_tree.id(), Vec::new()),
+        };
+        Ok(Work { start, tip, current, current_commit: None, target, skipped })
+    }
+
+    fn landed_file(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.join("landed.json"))
+    }
+
+    fn target_tip(&self, repo: &Repository, target: &str) -> Result<Oid> {
+        repo.refname_to_id(&format!("refs/heads/{target}"))
+            .map_err(|_| Error::not_found(format!("there is no branch {target:?} to land the work on")))
+    }
+
+    fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()> {
+        let refname = format!("refs/heads/{}", plan.target);
+        let (before, after) = (plan.before_id()?, plan.commit_id()?);
+        let now = repo.refname_to_id(&refname).map_err(|e| ws_err(format!("reading {}: {e}", plan.target)))?;
+        if now != before {
+            return Err(Error::conflict(format!(
+                "{} moved since the merge was planned (now at {}); nothing was changed",
+                plan.target,
+                &now.to_string()[..12]
+            ))
+            .hint("run the merge again"));
+        }
+        if let Some(checkout) = checked_out_in(repo, &refname)? {
+            refuse_dirty(&checkout, &plan.target)?;
+            let commit = checkout.find_object(after, None).map_err(ws_err)?;
+            let mut dry = git2::build::CheckoutBuilder::new();
+            dry.safe().dry_run();
+            checkout.checkout_tree(&commit, Some(&mut dry)).map_err(|e| would_overwrite(&plan.target, e))?;
+            let mut real = git2::build::CheckoutBuilder::new();
+            real.safe();
+            checkout.checkout_tree(&commit, Some(&mut real)).map_err(|e| would_overwrite(&plan.target, e))?;
+        }
+        let message = format!("forage: merge of sandbox {}", plan.sandbox);
+        repo.reference_matching(&refname, after, true, before, &message)
+            .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))?;
+        Ok(())
+    }
+
+    fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>> {
+        if repo.is_bare() {
+            return Err(Error::usage(format!(
+                "{} is a bare repository: it has no checkout to apply the work to",
+                self.repo.display()
+            )));
+        }
+        let old = repo.find_tree(tree_of(repo, work.start)?).map_err(ws_err)?;
+        let new = repo.find_tree(work.current).map_err(ws_err)?;
+        let mut opts = git2::DiffOptions::new();
+        opts.show_binary(true);
+        let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(ws_err)?;
+        let paths: Vec<String> = diff
+            .deltas()
+            .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        let mut check = ApplyOptions::new();
+        check.check(true);
+        repo.apply(&diff, ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
+            Error::conflict(format!(
+                "the agent's change does not apply cleanly to your checkout {} ({}); nothing was changed",
+                self.repo.display(),
+                e.message()
+            ))
+            .hint("commit or stash what you changed in those files, or land it with `merge`")
+        })?;
+        repo.apply(&diff, ApplyLocation::WorkDir, None).map_err(|e| ws_err(format!("applying the work: {e}")))?;
+        Ok(paths)
+    }
+}
+
+impl GitWorkspace {
+    /// True when what `merge` landed is exactly the sandbox's files now (its
+    /// branch and worktree), and still on a branch of the user's.
+    pub(super) fn landed_covers(&self) -> Result<bool> {
+        let Some(landed) = self.landed_file().and_then(|f| Landed::read(&f)) else { return Ok(false) };
+        let repo = self.open()?;
+        in_memory(&repo)?;
+        let work = self.work(&repo)?;
+        Ok(landed.covers(&repo, work.current, &self.other_branch_tips(&repo)))
+    }
+
+    /// The tips of every local branch but the sandbox's own.
+    fn other_branch_tips(&self, repo: &Repository) -> Vec<Oid> {
+        let Ok(branches) = repo.branches(Some(BranchType::Local)) else { return Vec::new() };
+        branches
+            .flatten()
+            .filter(|(b, _)| b.name().ok().flatten() != Some(self.branch.as_str()))
+            .filter_map(|(b, _)| b.get().target())
+            .collect()
+    }
+
+    /// The branch the sandbox was made from, if it still exists.
+    fn target_branch(&self, repo: &Repository) -> Option<String> {
+        let name = self.base_ref.as_deref()?.strip_prefix("refs/heads/")?;
+        repo.find_branch(name, BranchType::Local).ok().map(|_| name.to_owned())
+    }
+}
+
+/// The checkout (the main worktree or a linked one) that has `refname`
+/// checked out, if any.
+fn checked_out_in(repo: &Repository, refname: &str) -> Result<Option<Repository>> {
+    let head_is = |r: &Repository| r.head().ok().is_some_and(|h| h.name().is_ok_and(|n| n == refname));
+    if !repo.is_bare() && head_is(repo) {
+        let top = repo.workdir().ok_or_else(|| ws_err("the repository has no working directory"))?;
+        return Repository::open(top).map(Some).map_err(ws_err);
+    }
+    for name in repo.worktrees().map_err(ws_err)?.iter().flatten().flatten() {
+        // Each linked worktree's HEAD is read from its entry in the repository
+        // (the host's), and only the one holding `refname` is opened: a
+        // sandbox's worktree directory, which its agent writes, is never opened
+        // (its branch is forage's, never a place to land).
+        let head =
+            std::fs::read_to_string(repo.commondir().join("worktrees").join(name).join("HEAD")).unwrap_or_default();
+        if head.trim_end().strip_prefix("ref: ") != Some(refname) {
+            continue;
+        }
+        let Ok(worktree) = repo.find_worktree(name) else { continue };
+        if worktree.validate().is_err() {
+            continue;
+        }
+        if let Ok(linked) = Repository::open_from_worktree(&worktree) {
+            if head_is(&linked) {
+                return Ok(Some(linked));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses a checkout with staged or unstaged changes to tracked files.
+fn refuse_dirty(checkout: &Repository, target: &str) -> Result<()> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(false).include_ignored(false).exclude_submodules(true);
+    let statuses = checkout.statuses(Some(&mut opts)).map_err(ws_err)?;
+    let mut dirty: Vec<String> = statuses
+        .iter()
+        .filter(|s| s.status() != git2::Status::CURRENT)
+        .filter_map(|s| s.path().ok().map(str::to_owned))
+        .collect();
+    if dirty.is_empty() {
+        return Ok(());
+    }
+    dirty.sort();
+    let shown: Vec<&str> = dirty.iter().take(10).map(String::as_str).collect();
+    let where_ =
+        checkout.workdir().map(|p| p.display().to_string().trim_end_matches('/').to_owned()).unwrap_or_default();
+    Err(Error::conflict(format!(
+        "{target} is checked out in {where_}, which has changes not committed ({}{}); nothing was changed",
+        shown.join(", "),
+        if dirty.len() > 10 { format!(" and {} more", dirty.len() - 10) } else { String::new() }
+    ))
+    .hint("commit or stash them first"))
+}
+
+fn would_overwrite(target: &str, e: git2::Error) -> Error {
+    Error::conflict(format!(
+        "landing on {target} would overwrite files in its checkout that git does not track ({}); nothing was changed",
+        e.message()
+    ))
+    .hint("move those files away first")
+}

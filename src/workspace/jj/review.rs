@@ -1,0 +1,178 @@
+//! jj mode's side of the review commands (`workspace::review`): the work is
+//! what the last sync brought to the user's repository, read from its git store;
+//! its current files are the working-copy commit jj inside snapshotted, and
+//! what lies under it is committed. Landing moves the user's bookmark (a new
+//! commit only for a merge or a squash), which the repository's jj imports: jj
+//! rewrites none of the agent's commits, so their change ids stay as they are.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use git2::{ApplyLocation, ApplyOptions, Oid, Repository};
+
+use super::super::review::{self, tree_of, LandPlan, LogEntry, Review, Work};
+use super::{host_bookmarks, jj_on_host, ws_err, JjWorkspace};
+use crate::error::{Error, Result};
+
+/// The bookmarks a sandbox's work is landed on by default, when the record
+/// does not say which the base was on (sandboxes made before it did).
+const USUAL_TRUNKS: [&str; 3] = ["main", "master", "trunk"];
+
+impl Review for JjWorkspace {
+    fn repository(&self) -> Result<Repository> {
+        self.open_host()
+    }
+
+    fn work(&self, repo: &Repository) -> Result<Work> {
+        let base = Oid::from_str(&self.base[0]).map_err(ws_err)?;
+        let wc = match self.last_sync() {
+            Some(sync) => Oid::from_str(&sync.working_copy).map_err(ws_err)?,
+            None => base,
+        };
+        // What the working copy sits on is committed; the working copy's own
+        // change is what jj users call uncommitted.
+        let tip = if self.base.iter().any(|b| *b == wc.to_string()) {
+            wc
+        } else {
+            repo.find_commit(wc).map_err(ws_err)?.parent_id(0).unwrap_or(base)
+        };
+        let bookmarks = self.user_bookmarks()?;
+        let target = self.target_bookmark(&bookmarks);
+        let start = match target.as_ref().and_then(|t| bookmarks.get(t)) {
+            Some(target_tip) => repo.merge_base(*target_tip, wc).unwrap_or(base),
+            None => base,
+        };
+        Ok(Work { start, tip, current: tree_of(repo, wc)?, current_commit: Some(wc), target, skipped: Vec::new() })
+    }
+
+    /// Every change of the agent's, from all its heads.
+    fn commits(&self, repo: &Repository, work: &Work) -> Result<Vec<LogEntry>> {
+        let heads: Vec<Oid> = self
+            .last_sync()
+            .map(|s| {
+                s.heads.iter().chain(std::iter::once(&s.working_copy)).filter_map(|h| Oid::from_str(h).ok()).collect()
+            })
+            .unwrap_or_default();
+        let mut all: Vec<LogEntry> = Vec::new();
+        for head in heads {
+            for entry in review::log(repo, head, &[work.start])? {
+                if !all.iter().any(|e| e.id == entry.id) {
+                    all.push(entry);
+                }
+            }
+        }
+        all.sort_by_key(|e| std::cmp::Reverse(e.time));
+        Ok(all)
+    }
+
+    fn landed_file(&self) -> Option<PathBuf> {
+        self.private.as_ref().map(|p| p.join("landed.json"))
+    }
+
+    fn target_tip(&self, _repo: &Repository, target: &str) -> Result<Oid> {
+        self.user_bookmarks()?.get(target).copied().ok_or_else(|| {
+            Error::not_found(format!(
+                "there is no bookmark {target:?} (pointing at one commit) in {} to land the work on",
+                self.repo.display()
+            ))
+        })
+    }
+
+    /// `jj bookmark set`, the jj way. A commit forage made (a merge or a
+    /// squash) is first made known to the repository's jj through a bookmark
+    /// of the sandbox's own (`forage-landing/<name>`), removed again after.
+    fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()> {
+        let (before, after) = (plan.before_id()?, plan.commit_id()?);
+        let now = self.user_bookmarks()?.get(&plan.target).copied();
+        if now != Some(before) {
+            return Err(Error::conflict(format!(
+                "bookmark {} moved since the merge was planned; nothing was changed",
+                plan.target
+            ))
+            .hint("run the merge again"));
+        }
+        let root = self.repo_str()?;
+        let landing = format!("refs/heads/forage-landing/{}", self.bookmark_name());
+        let made_by_forage = !plan.fast_forward;
+        if made_by_forage {
+            repo.reference(&landing, after, true, "forage: a merge to land")
+                .map_err(|e| ws_err(format!("writing {landing}: {e}")))?;
+            jj_on_host(root, &["git", "import"])?;
+        }
+        let set = jj_on_host(root, &["bookmark", "set", &plan.target, "-r", &after.to_string()]);
+        if made_by_forage {
+            if let Ok(mut r) = repo.find_reference(&landing) {
+                let _ = r.delete();
+            }
+            jj_on_host(root, &["git", "import"])?;
+        }
+        set.map(|_| ())
+    }
+
+    fn apply(&self, _repo: &Repository, work: &Work) -> Result<Vec<String>> {
+        // The user's working copy: the repository's own top directory, with
+        // the store opened over it so that git2 can patch its files (jj takes
+        // them in at its next command).
+        let checkout = self.open_host()?;
+        checkout.set_workdir(&self.repo, false).map_err(ws_err)?;
+        let old = checkout.find_tree(tree_of(&checkout, work.start)?).map_err(ws_err)?;
+        let new = checkout.find_tree(work.current).map_err(ws_err)?;
+        let mut opts = git2::DiffOptions::new();
+        opts.show_binary(true);
+        let diff = checkout.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(ws_err)?;
+        let paths: Vec<String> = diff
+            .deltas()
+            .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        let mut check = ApplyOptions::new();
+        check.check(true);
+        checkout.apply(&diff, ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
+            Error::conflict(format!(
+                "the agent's change does not apply cleanly to your working copy {} ({}); nothing was changed",
+                self.repo.display(),
+                e.message()
+            ))
+            .hint("`jj new` first to apply it onto a clean change, or land it with `merge`")
+        })?;
+        checkout.apply(&diff, ApplyLocation::WorkDir, None).map_err(|e| ws_err(format!("applying the work: {e}")))?;
+        Ok(paths)
+    }
+}
+
+impl JjWorkspace {
+    /// The user's local bookmarks (none of forage's), as the repository's jj
+    /// has them: a repository not colocated with git keeps them out of its
+    /// git store's refs.
+    pub(super) fn user_bookmarks(&self) -> Result<BTreeMap<String, Oid>> {
+        let mut all = host_bookmarks(&self.repo)?;
+        all.retain(|name, _| !name.starts_with("forage"));
+        Ok(all)
+    }
+
+    /// The bookmark the sandbox's base was on when it was made, or else the
+    /// first of `main`, `master` and `trunk` the repository has.
+    fn target_bookmark(&self, bookmarks: &BTreeMap<String, Oid>) -> Option<String> {
+        match &self.base_bookmark {
+            Some(b) if bookmarks.contains_key(b) => Some(b.clone()),
+            _ => USUAL_TRUNKS.iter().find(|b| bookmarks.contains_key(**b)).map(|b| (*b).to_owned()),
+        }
+    }
+
+    /// True when what `merge` landed is exactly the sandbox's files (those of
+    /// working-copy commit `wc`, default: as the last sync brought them), and
+    /// still on a bookmark of the user's.
+    pub(super) fn landed_covers(&self, wc: Option<Oid>) -> Result<bool> {
+        let Some(landed) = self.landed_file().and_then(|f| review::Landed::read(&f)) else { return Ok(false) };
+        let repo = self.open_host()?;
+        let current = match wc {
+            Some(wc) => match repo.find_commit(wc) {
+                Ok(c) => c.tree_id(),
+                Err(_) => return Ok(false),
+            },
+            None => self.work(&repo)?.current,
+        };
+        let tips: Vec<Oid> = self.user_bookmarks()?.into_values().collect();
+        Ok(landed.covers(&repo, current, &tips))
+    }
+}

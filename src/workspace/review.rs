@@ -1,0 +1,599 @@
+//! The agent's work as the host holds it, for the review commands (`diff`,
+//! `log`, `merge`, `apply`). Everything here reads the user's repository (git
+//! mode) or the git store of the user's jj repository (jj mode), after a sync
+//! brought the agent's commits there verified, and the worktree's files as
+//! `worktree_files` reads them: never the agent's own repository, and never a
+//! git or jj program run in a repository the agent can write.
+//!
+//! A mode provides a `Work` (where the work started, its committed tip, and the
+//! tree of its files as they are now); this module diffs, lists and lands it
+//! with git2, the same way for both modes.
+
+use std::path::PathBuf;
+
+use git2::{DiffFindOptions, DiffOptions, Oid, Repository, Signature};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+
+fn err(e: impl std::fmt::Display) -> Error {
+    Error::workspace(format!("reading the agent's work: {e}"))
+}
+
+/// Blobs larger than this are diffed as binary (no lines shown or counted).
+const MAX_DIFF_BLOB: i64 = 16 << 20;
+/// A diff whose patches add up to more than this shows the rest as stats only.
+const MAX_PATCH_BYTES: usize = 64 << 20;
+
+/// The agent's work, as the host holds it after a sync.
+#[derive(Debug, Clone)]
+pub struct Work {
+    /// The commit the work started from: where it forked from the branch it
+    /// lands on (or, without one, the sandbox's base).
+    pub start: Oid,
+    /// Its committed tip (`start` when it committed nothing).
+    pub tip: Oid,
+    /// The tree of its files as they are now: the tip plus uncommitted work.
+    pub current: Oid,
+    /// jj: the working-copy commit whose tree `current` is (git: none; its
+    /// uncommitted files are no commit yet).
+    pub current_commit: Option<Oid>,
+    /// The branch (git) or bookmark (jj) the sandbox was made from, if any.
+    pub target: Option<String>,
+    /// Paths of the worktree left out of `current`, each with why.
+    pub skipped: Vec<String>,
+}
+
+/// What a review command needs from a workspace mode.
+pub trait Review {
+    /// The git repository on the host that holds the work: the user's
+    /// repository (git), or its jj repository's git store (jj).
+    fn repository(&self) -> Result<Repository>;
+    /// The work, with whatever it has not committed stored into `repo` (one
+    /// `repository()` opened, possibly for another sandbox of the same
+    /// repository; a caller that only looks backs it with memory first).
+    fn work(&self, repo: &Repository) -> Result<Work>;
+    /// The commits of the work, newest first.
+    fn commits(&self, repo: &Repository, work: &Work) -> Result<Vec<LogEntry>> {
+        log(repo, work.tip, &[work.start])
+    }
+    /// Where the sandbox remembers what `merge` landed (out of the agent's reach).
+    fn landed_file(&self) -> Option<PathBuf>;
+    /// Where the user's branch (jj: bookmark) `target` is now.
+    fn target_tip(&self, repo: &Repository, target: &str) -> Result<Oid>;
+    /// Moves `plan.target` to `plan.commit` where the user keeps it (git: in
+    /// the checkout that has it checked out, refusing a dirty one; jj: the
+    /// bookmark, which the repository's jj then imports).
+    fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()>;
+    /// The change from `work.start` to `work.current` as uncommitted edits in
+    /// the user's own checkout; refused, changing nothing, where it does not
+    /// apply cleanly. Returns the paths it changed.
+    fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>>;
+}
+
+/// Backs `repo`'s object store with memory for what is written through this
+/// handle from now on: a review that only looks stores the worktree's files
+/// there, never in the user's repository.
+pub fn in_memory(repo: &Repository) -> Result<()> {
+    let odb = repo.odb().map_err(err)?;
+    odb.add_new_mempack_backend(1000).map_err(err)?;
+    Ok(())
+}
+
+/// One commit of the agent's, as `log` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogEntry {
+    pub id: String,
+    /// jj: the change id the commit carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_id: Option<String>,
+    pub summary: String,
+    pub author: String,
+    /// Seconds since the Unix epoch.
+    pub time: i64,
+}
+
+/// The commits `tip` reaches that none of `hide` does, newest first; jj's
+/// empty, undescribed commits (a fresh working copy) left out.
+pub fn log(repo: &Repository, tip: Oid, hide: &[Oid]) -> Result<Vec<LogEntry>> {
+    let mut walk = repo.revwalk().map_err(err)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME).map_err(err)?;
+    walk.push(tip).map_err(err)?;
+    for h in hide {
+        walk.hide(*h).map_err(err)?;
+    }
+    let mut out = Vec::new();
+    for id in walk {
+        let commit = repo.find_commit(id.map_err(err)?).map_err(err)?;
+        let message = String::from_utf8_lossy(commit.message_bytes()).trim().to_owned();
+        let unchanged = commit.parent(0).is_ok_and(|p| p.tree_id() == commit.tree_id());
+        if message.is_empty() && unchanged {
+            continue;
+        }
+        let change_id =
+            commit.header_field_bytes("change-id").ok().map(|b| String::from_utf8_lossy(&b).trim().to_owned());
+        let author = commit.author();
+        out.push(LogEntry {
+            id: commit.id().to_string(),
+            change_id,
+            summary: message.lines().next().unwrap_or("").to_owned(),
+            author: String::from_utf8_lossy(author.name_bytes()).into_owned(),
+            time: commit.time().seconds(),
+        });
+    }
+    Ok(out)
+}
+
+/// How a file changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    TypeChanged,
+}
+
+impl ChangeKind {
+    /// git's one-letter status.
+    pub fn letter(self) -> char {
+        match self {
+            ChangeKind::Added => 'A',
+            ChangeKind::Modified => 'M',
+            ChangeKind::Deleted => 'D',
+            ChangeKind::Renamed => 'R',
+            ChangeKind::TypeChanged => 'T',
+        }
+    }
+}
+
+/// One changed file: what `diff --json` lists, and its patch for the text form.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileChange {
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    pub status: ChangeKind,
+    pub additions: usize,
+    pub deletions: usize,
+    pub binary: bool,
+    /// The unified patch (`diff --git` header first), as git prints it; empty
+    /// when the diff was too large to show whole.
+    #[serde(skip)]
+    pub patch: String,
+}
+
+/// The files that differ from `old` to `new` (trees; `None` is empty), with
+/// renames found and each file's patch.
+pub fn diff(repo: &Repository, old: Option<Oid>, new: Option<Oid>) -> Result<Vec<FileChange>> {
+    let tree = |id: Option<Oid>| id.map(|id| repo.find_tree(id)).transpose().map_err(err);
+    let (old, new) = (tree(old)?, tree(new)?);
+    let mut opts = DiffOptions::new();
+    opts.max_size(MAX_DIFF_BLOB).show_binary(true);
+    let mut diff = repo.diff_tree_to_tree(old.as_ref(), new.as_ref(), Some(&mut opts)).map_err(err)?;
+    diff.find_similar(Some(DiffFindOptions::new().renames(true))).map_err(err)?;
+    let mut out = Vec::new();
+    let mut shown = 0usize;
+    for (i, delta) in diff.deltas().enumerate() {
+        let status = match delta.status() {
+            git2::Delta::Added | git2::Delta::Copied => ChangeKind::Added,
+            git2::Delta::Deleted => ChangeKind::Deleted,
+            git2::Delta::Renamed => ChangeKind::Renamed,
+            git2::Delta::Typechange => ChangeKind::TypeChanged,
+            _ => ChangeKind::Modified,
+        };
+        let path_of = |f: git2::DiffFile<'_>| f.path_bytes().map(|p| String::from_utf8_lossy(p).into_owned());
+        let new_path = path_of(delta.new_file());
+        let old_path = path_of(delta.old_file());
+        let path = new_path.clone().or_else(|| old_path.clone()).unwrap_or_default();
+        let mut patch = git2::Patch::from_diff(&diff, i).map_err(err)?;
+        let (binary, additions, deletions, text) = match patch.as_mut() {
+            Some(p) => {
+                let (_, adds, dels) = p.line_stats().map_err(err)?;
+                let binary = delta.flags().is_binary();
+                let text = if shown < MAX_PATCH_BYTES {
+                    String::from_utf8_lossy(&p.to_buf().map_err(err)?).into_owned()
+                } else {
+                    String::new()
+                };
+                (binary, adds, dels, text)
+            }
+            None => (true, 0, 0, String::new()),
+        };
+        shown += text.len();
+        out.push(FileChange {
+            old_path: (status == ChangeKind::Renamed).then_some(old_path).flatten(),
+            path,
+            status,
+            additions,
+            deletions,
+            binary,
+            patch: text,
+        });
+    }
+    Ok(out)
+}
+
+/// The tree of commit `id`.
+pub fn tree_of(repo: &Repository, id: Oid) -> Result<Oid> {
+    repo.find_commit(id).map(|c| c.tree_id()).map_err(err)
+}
+
+/// How `merge` lands the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandHow {
+    /// A fast-forward when the target has not moved, else a merge commit.
+    Merge,
+    /// One new commit on the target with the whole change.
+    Squash,
+    /// Each of the agent's commits copied onto the target, in order.
+    Rebase,
+}
+
+/// What `merge` will do, computed (its commits written, no ref moved) for the
+/// user to see before anything of theirs changes.
+#[derive(Debug, Clone, Serialize)]
+pub struct LandPlan {
+    pub sandbox: String,
+    /// The branch (git) or bookmark (jj) that moves.
+    pub target: String,
+    /// Where it is now.
+    pub before: String,
+    /// Where it will be; equal to `before` when there is nothing to land.
+    pub commit: String,
+    pub how: LandHow,
+    /// True when the target moves to the agent's own commit, making none.
+    pub fast_forward: bool,
+    /// The agent's commits being landed, newest first.
+    pub commits: Vec<LogEntry>,
+    /// Uncommitted files of the sandbox's, landed as a commit of their own
+    /// first (`merge`, `rebase`) or with the rest (`squash`).
+    pub uncommitted: Vec<String>,
+    /// The tree of the sandbox's files that this lands (what `down` then finds
+    /// already landed).
+    pub tree: String,
+}
+
+impl LandPlan {
+    pub fn is_empty(&self) -> bool {
+        self.commit == self.before
+    }
+
+    pub fn before_id(&self) -> Result<Oid> {
+        Oid::from_str(&self.before).map_err(err)
+    }
+
+    pub fn commit_id(&self) -> Result<Oid> {
+        Oid::from_str(&self.commit).map_err(err)
+    }
+}
+
+/// What a sandbox's `merge` landed, kept in FORAGE_HOME/private/NAME: `down`
+/// finds work whose files are exactly these, still on a branch, already landed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Landed {
+    pub target: String,
+    pub commit: String,
+    pub tree: String,
+}
+
+impl Landed {
+    pub fn read(file: &std::path::Path) -> Option<Landed> {
+        serde_json::from_slice(&std::fs::read(file).ok()?).ok()
+    }
+
+    pub fn write(&self, file: &std::path::Path) -> Result<()> {
+        let tmp = file.with_extension("tmp");
+        let json = serde_json::to_vec(self).map_err(err)?;
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, file))
+            .map_err(|e| Error::other(format!("writing {}: {e}", file.display())))
+    }
+
+    /// True when `current` (the tree of the sandbox's files now) is what was
+    /// landed, and the landed commit is still held by one of `tips` (the
+    /// user's branches or bookmarks): nothing of the sandbox's would then be lost.
+    pub fn covers(&self, repo: &Repository, current: Oid, tips: &[Oid]) -> bool {
+        let (Ok(tree), Ok(commit)) = (Oid::from_str(&self.tree), Oid::from_str(&self.commit)) else { return false };
+        tree == current && held_by(repo, commit, tips)
+    }
+}
+
+/// True when one of `tips` is `commit` or descends from it.
+pub fn held_by(repo: &Repository, commit: Oid, tips: &[Oid]) -> bool {
+    tips.iter().any(|t| *t == commit || repo.graph_descendant_of(*t, commit).unwrap_or(false))
+}
+
+/// Who the commits forage makes for the user are by: the user's git identity,
+/// else forage.
+fn signature(repo: &Repository) -> Result<Signature<'static>> {
+    repo.signature().or_else(|_| Signature::now("forage", "forage@localhost")).map_err(err)
+}
+
+/// Where and how `merge` lands the work.
+#[derive(Debug, Clone)]
+pub struct Landing<'a> {
+    /// The branch (git) or bookmark (jj).
+    pub target: &'a str,
+    /// Where it is now.
+    pub tip: Oid,
+    pub how: LandHow,
+    /// The squashed commit's message (default: one made from the agent's).
+    pub message: Option<&'a str>,
+}
+
+/// Computes how to land `work` of sandbox `name` as `landing` says: writes the
+/// commits that needs into `repo` and moves nothing.
+pub fn plan(
+    repo: &Repository,
+    name: &SandboxName,
+    work: &Work,
+    commits: Vec<LogEntry>,
+    landing: &Landing<'_>,
+) -> Result<LandPlan> {
+    let (target_tip, how) = (landing.tip, landing.how);
+    let tip_tree = tree_of(repo, work.tip)?;
+    let uncommitted: Vec<String> = if tip_tree == work.current {
+        Vec::new()
+    } else {
+        diff(repo, Some(tip_tree), Some(work.current))?.into_iter().map(|f| f.path).collect()
+    };
+    // jj's working-copy commit is landed as the uncommitted files, not as a commit.
+    let mut commits = commits;
+    if !uncommitted.is_empty() {
+        if let Some(wc) = work.current_commit {
+            commits.retain(|c| c.id != wc.to_string());
+        }
+    }
+    let sig = signature(repo)?;
+    // The uncommitted files as one commit on the tip (a ref of nobody's),
+    // unless they are one already (jj's working-copy commit).
+    let head = if uncommitted.is_empty() {
+        work.tip
+    } else if let Some(commit) = work.current_commit {
+        commit
+    } else {
+        let parent = repo.find_commit(work.tip).map_err(err)?;
+        let tree = repo.find_tree(work.current).map_err(err)?;
+        let text = format!("Uncommitted work of sandbox {name}\n");
+        repo.commit(None, &sig, &sig, &text, &tree, &[&parent]).map_err(err)?
+    };
+    let commit = match how {
+        LandHow::Merge => merge(repo, name, head, target_tip, &sig)?,
+        LandHow::Squash => squash(repo, name, work, &commits, target_tip, &sig, landing.message)?,
+        LandHow::Rebase => rebase(repo, work.start, head, target_tip)?,
+    };
+    let fast_forward = commit == head && commit != target_tip;
+    Ok(LandPlan {
+        sandbox: name.to_string(),
+        target: landing.target.to_owned(),
+        before: target_tip.to_string(),
+        commit: commit.to_string(),
+        how,
+        fast_forward,
+        commits,
+        uncommitted,
+        tree: work.current.to_string(),
+    })
+}
+
+/// The target already holds `head`: nothing; `head` descends from the target:
+/// `head` (a fast-forward); else a merge commit of the two.
+fn merge(repo: &Repository, name: &SandboxName, head: Oid, target_tip: Oid, sig: &Signature<'_>) -> Result<Oid> {
+    if head == target_tip || repo.graph_descendant_of(target_tip, head).map_err(err)? {
+        return Ok(target_tip);
+    }
+    if repo.graph_descendant_of(head, target_tip).map_err(err)? {
+        return Ok(head);
+    }
+    let ours = repo.find_commit(target_tip).map_err(err)?;
+    let theirs = repo.find_commit(head).map_err(err)?;
+    let mut index = repo.merge_commits(&ours, &theirs, None).map_err(err)?;
+    refuse_conflicts(&index)?;
+    let tree = repo.find_tree(index.write_tree_to(repo).map_err(err)?).map_err(err)?;
+    let text = format!("Merge the work of sandbox {name}\n");
+    repo.commit(None, sig, sig, &text, &tree, &[&ours, &theirs]).map_err(err)
+}
+
+/// One commit on the target with the change from `work.start` to its files now.
+fn squash(
+    repo: &Repository,
+    name: &SandboxName,
+    work: &Work,
+    commits: &[LogEntry],
+    target_tip: Oid,
+    sig: &Signature<'_>,
+    message: Option<&str>,
+) -> Result<Oid> {
+    let ours = repo.find_commit(target_tip).map_err(err)?;
+    let base = repo.find_tree(tree_of(repo, work.start)?).map_err(err)?;
+    let theirs = repo.find_tree(work.current).map_err(err)?;
+    let mut index = repo.merge_trees(&base, &ours.tree().map_err(err)?, &theirs, None).map_err(err)?;
+    refuse_conflicts(&index)?;
+    let tree_id = index.write_tree_to(repo).map_err(err)?;
+    if tree_id == ours.tree_id() {
+        return Ok(target_tip);
+    }
+    let tree = repo.find_tree(tree_id).map_err(err)?;
+    let text = match message {
+        Some(m) => format!("{}\n", m.trim_end()),
+        None => squash_message(name, commits),
+    };
+    repo.commit(None, sig, sig, &text, &tree, &[&ours]).map_err(err)
+}
+
+/// "The work of sandbox x", then the agent's commit summaries, oldest first.
+fn squash_message(name: &SandboxName, commits: &[LogEntry]) -> String {
+    let mut text = format!("The work of sandbox {name}\n");
+    if !commits.is_empty() {
+        text.push('\n');
+        for c in commits.iter().rev() {
+            text.push_str(&format!("- {}\n", if c.summary.is_empty() { "(no description)" } else { &c.summary }));
+        }
+    }
+    text
+}
+
+/// The commits from `start` to `head` copied onto the target, oldest first;
+/// their authors and messages kept.
+fn rebase(repo: &Repository, start: Oid, head: Oid, target_tip: Oid) -> Result<Oid> {
+    let mut walk = repo.revwalk().map_err(err)?;
+    walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE).map_err(err)?;
+    walk.push(head).map_err(err)?;
+    walk.hide(start).map_err(err)?;
+    walk.hide(target_tip).map_err(err)?;
+    let committer = signature(repo)?;
+    let mut onto = repo.find_commit(target_tip).map_err(err)?;
+    for id in walk {
+        let commit = repo.find_commit(id.map_err(err)?).map_err(err)?;
+        if commit.parent_count() > 1 {
+            return Err(Error::conflict(format!(
+                "the agent's work holds a merge commit ({}), which --rebase cannot copy; use --squash, or merge without either",
+                &commit.id().to_string()[..12]
+            )));
+        }
+        let mut index = repo.cherrypick_commit(&commit, &onto, 0, None).map_err(err)?;
+        refuse_conflicts(&index)?;
+        let tree = repo.find_tree(index.write_tree_to(repo).map_err(err)?).map_err(err)?;
+        if tree.id() == onto.tree_id() {
+            continue;
+        }
+        let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+        let copied = repo.commit(None, &commit.author(), &committer, &message, &tree, &[&onto]).map_err(err)?;
+        onto = repo.find_commit(copied).map_err(err)?;
+    }
+    Ok(onto.id())
+}
+
+/// A merge that conflicts is refused, naming the files, before anything moves.
+fn refuse_conflicts(index: &git2::Index) -> Result<()> {
+    if !index.has_conflicts() {
+        return Ok(());
+    }
+    let mut paths: Vec<String> = index
+        .conflicts()
+        .map_err(err)?
+        .flatten()
+        .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+        .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    Err(Error::conflict(format!(
+        "the agent's work conflicts with the target in {}; nothing was changed",
+        paths.join(", ")
+    ))
+    .hint("land it with your own tools, or have the agent bring the target's changes into its work first"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(repo: &Repository, parent: Option<Oid>, files: &[(&str, &str)], message: &str) -> Oid {
+        let mut index = git2::Index::new().unwrap();
+        for (path, content) in files {
+            let id = repo.blob(content.as_bytes()).unwrap();
+            let entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id,
+                flags: path.len() as u16,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            };
+            index.add(&entry).unwrap();
+        }
+        let tree = repo.find_tree(index.write_tree_to(repo).unwrap()).unwrap();
+        let sig = Signature::now("t", "t@example.com").unwrap();
+        let parents: Vec<git2::Commit<'_>> = parent.map(|p| repo.find_commit(p).unwrap()).into_iter().collect();
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, message, &tree, &parents).unwrap()
+    }
+
+    fn landing(tip: Oid, how: LandHow) -> Landing<'static> {
+        Landing { target: "main", tip, how, message: None }
+    }
+
+    fn work(repo: &Repository, start: Oid, tip: Oid) -> Work {
+        Work {
+            start,
+            tip,
+            current: tree_of(repo, tip).unwrap(),
+            current_commit: None,
+            target: None,
+            skipped: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn lands_by_fast_forward_merge_squash_and_rebase_and_refuses_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let name = SandboxName::parse("s").unwrap();
+        let base = commit(&repo, None, &[("a", "1\n2\n3\n")], "base");
+        let one = commit(&repo, Some(base), &[("a", "1\n2\n3\n"), ("b", "b\n")], "add b");
+        let two = commit(&repo, Some(one), &[("a", "1\n2\nthree\n"), ("b", "b\n")], "change a");
+        let w = work(&repo, base, two);
+        let commits = log(&repo, two, &[base]).unwrap();
+        assert_eq!(commits.iter().map(|c| c.summary.as_str()).collect::<Vec<_>>(), ["change a", "add b"]);
+
+        // The target did not move: a fast-forward, whatever was asked but squash.
+        let p = plan(&repo, &name, &w, commits.clone(), &landing(base, LandHow::Merge)).unwrap();
+        assert!(p.fast_forward && p.commit == two.to_string());
+        // The target moved elsewhere in a: merged, squashed, rebased.
+        let moved = commit(&repo, Some(base), &[("a", "one\n2\n3\n")], "user");
+        for how in [LandHow::Merge, LandHow::Squash, LandHow::Rebase] {
+            let p = plan(&repo, &name, &w, commits.clone(), &landing(moved, how)).unwrap();
+            let landed = repo.find_commit(p.commit_id().unwrap()).unwrap();
+            let a = landed.tree().unwrap().get_path(std::path::Path::new("a")).unwrap().to_object(&repo).unwrap();
+            assert_eq!(a.as_blob().unwrap().content(), b"one\n2\nthree\n", "{how:?}");
+            assert!(repo.graph_descendant_of(landed.id(), moved).unwrap(), "{how:?}");
+            let parents = landed.parent_count();
+            assert_eq!(parents, if how == LandHow::Merge { 2 } else { 1 }, "{how:?}");
+        }
+        // A conflicting change lands nowhere.
+        let clash = commit(&repo, Some(base), &[("a", "1\n2\nTHREE\n")], "clash");
+        for how in [LandHow::Merge, LandHow::Squash, LandHow::Rebase] {
+            let e = plan(&repo, &name, &w, commits.clone(), &landing(clash, how)).unwrap_err();
+            assert_eq!(e.exit_code(), 4, "{how:?}: {e}");
+            assert!(e.to_string().contains("conflicts") && e.to_string().contains(" a"), "{e}");
+        }
+    }
+
+    #[test]
+    fn diffs_count_lines_find_renames_and_show_binary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let old = commit(&repo, None, &[("keep", "x\n"), ("moved", "a\nb\nc\nd\ne\n"), ("gone", "g\n")], "old");
+        let new = commit(&repo, None, &[("keep", "x\ny\n"), ("there", "a\nb\nc\nd\ne\n"), ("bin", "\0\x01")], "new");
+        let files = diff(&repo, Some(tree_of(&repo, old).unwrap()), Some(tree_of(&repo, new).unwrap())).unwrap();
+        let by_path = |p: &str| files.iter().find(|f| f.path == p).unwrap_or_else(|| panic!("{p}: {files:?}"));
+        assert_eq!((by_path("keep").status, by_path("keep").additions), (ChangeKind::Modified, 1));
+        assert_eq!(by_path("there").status, ChangeKind::Renamed);
+        assert_eq!(by_path("there").old_path.as_deref(), Some("moved"));
+        assert_eq!(by_path("gone").status, ChangeKind::Deleted);
+        assert!(by_path("bin").binary);
+        assert!(by_path("keep").patch.starts_with("diff --git a/keep b/keep"), "{}", by_path("keep").patch);
+    }
+
+    #[test]
+    fn memory_backed_writes_never_reach_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        in_memory(&repo).unwrap();
+        let id = repo.blob(b"only in memory").unwrap();
+        assert!(repo.find_blob(id).is_ok());
+        let fresh = Repository::open(dir.path()).unwrap();
+        assert!(fresh.find_blob(id).is_err(), "the blob reached the object store on disk");
+    }
+}

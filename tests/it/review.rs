@@ -1,0 +1,364 @@
+//! Reviewing and landing an agent's work (`diff`, `log`, `merge`, `apply`,
+//! `archives`, `wait`, `list`), against real git, jj and the real engine. The
+//! agent works through `forage-ctl exec`; the user's side is checked with
+//! git and jj run by the test on the host repository.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::git::{archive_refs, git, repo};
+use crate::jj::{jj, jj_repo};
+use crate::support::*;
+
+fn inside(env: &Env, name: &str, script: &str) -> String {
+    env.ok(&["exec", name, "--", "sh", "-c", script])
+}
+
+/// Two commits, then edits left uncommitted: a tracked file changed again, a
+/// new file, and an ignored one (which is no work).
+const TWO_COMMITS_AND_EDITS: &str =
+    "cd /workspace && echo new > new.txt && git add new.txt && git commit -qm 'add new.txt' \
+    && printf 'original\\nmore\\n' > a.txt && git commit -qam 'grow a.txt' \
+    && echo again >> a.txt && echo untracked > u.txt && echo noise > x.log";
+
+fn lines(text: &str) -> BTreeSet<String> {
+    text.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+fn loose_objects(repo: &Path) -> usize {
+    walk_count(&repo.join(".git/objects"))
+}
+
+fn walk_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| if e.path().is_dir() { walk_count(&e.path()) } else { 1 }).sum())
+        .unwrap_or(0)
+}
+
+#[test]
+fn diff_and_log_show_what_git_on_the_host_sees_and_write_nothing() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    let name = env.unique("rv-diff");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &name, TWO_COMMITS_AND_EDITS);
+    env.ok(&["sync", &name]);
+    let objects = loose_objects(&repo);
+    let wt = env.home.join("workspaces").join(&name);
+
+    // Every path: committed and not, as git in the worktree lists them.
+    let expected = lines(
+        &(git(&wt, &["diff", "--name-only", &base]) + &git(&wt, &["ls-files", "--others", "--exclude-standard"])),
+    );
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only"])), expected);
+    assert!(!expected.contains("x.log"));
+    // Committed only: the host's branch against the base.
+    let branch = format!("forage-{name}");
+    let committed = lines(&git(&repo, &["diff", "--name-only", &base, &branch]));
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only", "--committed"])), committed);
+    let uncommitted = lines(&(git(&wt, &["diff", "--name-only", "HEAD"]) + "u.txt\n"));
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only", "--uncommitted"])), uncommitted);
+
+    // --json's line counts are git's.
+    let json = env.json(&["diff", &name, "--json"]);
+    let numstat = git(&wt, &["diff", "--numstat", &base]);
+    for line in numstat.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let file = json["files"].as_array().unwrap().iter().find(|x| x["path"] == f[2]).unwrap();
+        assert_eq!(file["additions"].to_string(), f[0], "{line}: {file}");
+        assert_eq!(file["deletions"].to_string(), f[1], "{line}: {file}");
+    }
+    let untracked = json["files"].as_array().unwrap().iter().find(|x| x["path"] == "u.txt").unwrap();
+    assert_eq!((untracked["status"].as_str(), untracked["additions"].as_u64()), (Some("added"), Some(1)));
+    // The patch itself, as text.
+    let patch = env.ok(&["diff", &name]);
+    assert!(
+        patch.contains("diff --git a/a.txt b/a.txt") && patch.contains("+again") && patch.contains("+untracked"),
+        "{patch}"
+    );
+    let stat = env.ok(&["diff", &name, "--stat"]);
+    assert!(stat.contains("3 files changed"), "{stat}");
+
+    // log: the two commits, newest first, as git lists them.
+    let log = env.ok(&["log", &name]);
+    let summaries: Vec<&str> = log.lines().map(|l| l.split_once(' ').unwrap().1).collect();
+    assert_eq!(summaries, ["grow a.txt", "add new.txt"]);
+    let ids: Vec<String> = env.json(&["log", &name, "--json"])["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.join("\n") + "\n", git(&repo, &["rev-list", &format!("{base}..{branch}")]));
+
+    assert_eq!(loose_objects(&repo), objects, "looking at the work wrote objects into the user's repository");
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn merge_lands_on_the_users_branch_and_refuses_a_dirty_checkout_or_a_conflict() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-merge");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &name, TWO_COMMITS_AND_EDITS);
+    let main = || git(&repo, &["rev-parse", "main"]);
+    let before = main();
+
+    // Uncommitted files land only when the user says so.
+    let err = env.fails(&["merge", &name], 2);
+    assert!(err.contains("uncommitted") && err.contains("--yes"), "{err}");
+    // A dirty checkout is refused, and stays as it was.
+    std::fs::write(repo.join(".gitignore"), "*.log\nmine\n").unwrap();
+    let err = env.fails(&["merge", &name, "--yes"], 4);
+    assert!(err.contains("checked out") && err.contains(".gitignore"), "{err}");
+    assert_eq!(main(), before);
+    assert_eq!(std::fs::read_to_string(repo.join(".gitignore")).unwrap(), "*.log\nmine\n");
+    git(&repo, &["checkout", "-q", ".gitignore"]);
+    // A conflict is refused, and changes nothing.
+    std::fs::write(repo.join("a.txt"), "mine\n").unwrap();
+    git(&repo, &["commit", "-qam", "user edits a.txt"]);
+    let user = main();
+    let err = env.fails(&["merge", &name, "--yes", "--squash"], 4);
+    assert!(err.contains("conflicts") && err.contains("a.txt"), "{err}");
+    assert_eq!(main(), user);
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    git(&repo, &["reset", "-q", "--hard", "HEAD~1"]);
+
+    // --dry-run says what would land, and lands nothing.
+    let dry = env.ok(&["merge", &name, "--squash", "--dry-run"]);
+    assert!(dry.contains("would land 2 commits and 2 uncommitted files"), "{dry}");
+    assert_eq!(main(), before);
+    env.ok(&["merge", &name, "--squash", "--yes", "-m", "the agent's work"]);
+    assert_eq!(git(&repo, &["log", "--format=%s", "-2", "main"]), "the agent's work\ninitial\n");
+    // In the user's checkout, clean.
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "original\nmore\nagain\n");
+    assert_eq!(std::fs::read_to_string(repo.join("u.txt")).unwrap(), "untracked\n");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert!(!repo.join("x.log").exists(), "an ignored file landed");
+
+    // down finds nothing of it to archive.
+    let dry = env.ok(&["down", &name, "--dry-run"]);
+    assert!(dry.contains("nothing of the agent's to archive"), "{dry}");
+    env.ok(&["down", &name]);
+    assert_eq!(archive_refs(&repo), Vec::<String>::new());
+    env.assert_nothing_left();
+}
+
+#[test]
+fn a_plain_merge_fast_forwards_or_merges_and_rebase_copies_the_commits() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, b) = (env.unique("rv-ff"), env.unique("rv-rebase"));
+    for n in [&a, &b] {
+        env.ok(&["up", n, "--git-worktree", repo.to_str().unwrap()]);
+    }
+    inside(&env, &a, "cd /workspace && echo a > fa.txt && git add fa.txt && git commit -qm 'a: one'");
+    inside(&env, &b, "cd /workspace && echo b > fb.txt && git add fb.txt && git commit -qm 'b: one' && echo b2 >> fb.txt && git commit -qam 'b: two'");
+    // Nothing moved main: a fast-forward onto the agent's own commit.
+    let out = env.ok(&["merge", &a]);
+    assert!(out.contains("fast-forward"), "{out}");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), git(&repo, &["rev-parse", &format!("forage-{a}")]));
+    // main moved: --rebase copies b's two commits on top, in order.
+    env.ok(&["merge", &b, "--rebase"]);
+    assert_eq!(git(&repo, &["log", "--format=%s", "-3", "main"]), "b: two\nb: one\na: one\n");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    for n in [&a, &b] {
+        let dry = env.ok(&["down", n, "--dry-run"]);
+        assert!(dry.contains("nothing of the agent's to archive"), "{n}: {dry}");
+        env.ok(&["down", n]);
+    }
+    assert_eq!(archive_refs(&repo), Vec::<String>::new());
+    env.assert_nothing_left();
+}
+
+#[test]
+fn apply_leaves_the_work_uncommitted_and_diff_compares_two_sandboxes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, b) = (env.unique("rv-a"), env.unique("rv-b"));
+    for n in [&a, &b] {
+        env.ok(&["up", n, "--git-worktree", repo.to_str().unwrap()]);
+    }
+    inside(
+        &env,
+        &a,
+        "cd /workspace && echo a > fa.txt && echo changed-by-a > a.txt && git add fa.txt && git commit -qm a",
+    );
+    inside(&env, &b, "cd /workspace && echo b > fb.txt");
+    // Which did what: a's files against b's.
+    let json = env.json(&["diff", &a, &b, "--json"]);
+    let status: BTreeSet<(String, String)> = json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap().to_owned(), f["status"].as_str().unwrap().to_owned()))
+        .collect();
+    let expected: BTreeSet<(String, String)> =
+        [("a.txt", "modified"), ("fa.txt", "deleted"), ("fb.txt", "added")].map(|(p, s)| (p.into(), s.into())).into();
+    assert_eq!(status, expected);
+
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    env.ok(&["apply", &a]);
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head, "apply committed");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), " M a.txt\n?? fa.txt\n");
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).unwrap(), "changed-by-a\n");
+    // Again: it no longer applies, and nothing changes.
+    let err = env.fails(&["apply", &a], 4);
+    assert!(err.contains("does not apply cleanly"), "{err}");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), " M a.txt\n?? fa.txt\n");
+    for n in [&a, &b] {
+        env.ok(&["down", n, "--discard"]);
+    }
+    env.assert_nothing_left_but_archives();
+}
+
+/// Makes the archives of `name` in the index look `days` days old.
+fn age_archives(env: &Env, name: &str, days: u64) {
+    let path = env.home.join("archives").join(format!("{name}.json"));
+    let mut index: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for entry in index.as_array_mut().unwrap() {
+        let at = entry["archived_at"].as_u64().unwrap();
+        entry["archived_at"] = (at - days * 86_400).into();
+    }
+    std::fs::write(&path, serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+#[test]
+fn archives_lists_what_down_kept_and_prune_deletes_only_what_it_listed() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (old, young, moved) = (env.unique("rv-old"), env.unique("rv-young"), env.unique("rv-moved"));
+    for n in [&old, &young, &moved] {
+        env.ok(&["up", n, "--git-worktree", repo.to_str().unwrap()]);
+        inside(&env, n, "cd /workspace && echo work > work.txt");
+        env.ok(&["down", n]);
+    }
+    let listed = env.json(&["archives", "--json"]);
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    let text = env.ok(&["archives", &old]);
+    assert!(text.contains(&old) && !text.contains(&young), "{text}");
+    age_archives(&env, &old, 40);
+    age_archives(&env, &moved, 40);
+    // The user moved one archive ref: it is theirs now.
+    let moved_ref = archive_refs(&repo).into_iter().find(|r| r.contains(&moved)).unwrap();
+    git(&repo, &["update-ref", &moved_ref, "main"]);
+
+    let err = env.fails(&["archives", "prune", "--older-than", "30d"], 2);
+    assert!(err.contains("--yes"), "{err}");
+    let dry = env.ok(&["archives", "prune", "--older-than", "30d", "--dry-run"]);
+    assert!(dry.contains(&old) && dry.contains(&moved) && !dry.contains(&young), "{dry}");
+    assert_eq!(archive_refs(&repo).len(), 3, "a dry run deleted");
+
+    let out = env.run(&["archives", "prune", "--older-than", "30d", "--yes"]);
+    assert_eq!(out.status.code(), Some(1), "one archive was kept: {}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&moved_ref) && err.contains("no longer points"), "{err}");
+    let refs = archive_refs(&repo);
+    assert!(!refs.iter().any(|r| r.contains(&old)), "{refs:?}");
+    assert!(refs.iter().any(|r| r.contains(&young)) && refs.contains(&moved_ref), "{refs:?}");
+    let names: Vec<String> = env
+        .json(&["archives", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!names.contains(&old) && names.contains(&young) && names.contains(&moved), "{names:?}");
+}
+
+#[test]
+fn wait_and_list_tell_which_agent_needs_you() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (quiet, dead, busy) = (env.unique("rv-quiet"), env.unique("rv-dead"), env.unique("rv-busy"));
+    for n in [&quiet, &dead, &busy] {
+        env.ok(&["up", n, "--git-worktree", repo.to_str().unwrap()]);
+    }
+    inside(&env, &dead, "kill -KILL -1");
+    inside(&env, &busy, "cd /workspace && echo one > one.txt && echo two > two.txt");
+
+    let out = env.run(&["wait", &dead, "--until", "exited", "--timeout", "60s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("exited with code 137"), "{}", describe(&out));
+    let out = env.run(&["wait", &quiet, "--until", "idle", "--idle-for", "1s", "--timeout", "60s"]);
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    let out = env.run(&["wait", &quiet, "--until", "exited", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    // Several at once: the first that needs you, by name.
+    let out = env.run(&["wait", &quiet, &dead, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let waited: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((waited["sandbox"].as_str(), waited["agent"].as_str()), (Some(dead.as_str()), Some("exited")));
+
+    let rows = env.json(&["list", "--json"]);
+    let row = |n: &str| rows.as_array().unwrap().iter().find(|r| r["name"] == n).unwrap().clone();
+    assert_eq!((row(&dead)["agent"].as_str(), row(&dead)["exit_code"].as_i64()), (Some("exited"), Some(137)));
+    assert!(matches!(row(&quiet)["agent"].as_str(), Some("working" | "idle")), "{}", row(&quiet));
+    assert_eq!((row(&busy)["dirty"].as_u64(), row(&busy)["ahead"].as_u64()), (Some(2), Some(0)));
+    let table = env.ok(&["list"]);
+    assert!(table.contains("exited (137)"), "{table}");
+    for n in [&quiet, &dead, &busy] {
+        env.ok(&["down", n, "--discard"]);
+    }
+    env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn jj_work_is_diffed_logged_and_landed_with_its_change_ids() {
+    let env = Env::new();
+    let repo = jj_repo(&env, "repo", false);
+    let (name, other) = (env.unique("rv-jj"), env.unique("rv-jj-apply"));
+    for n in [&name, &other] {
+        env.ok(&["up", n, "--jj", repo.to_str().unwrap()]);
+    }
+    inside(&env, &name, "cd /workspace && echo new > new.txt && jj describe -m 'add new.txt' >/dev/null 2>&1 && jj new >/dev/null 2>&1 && echo more >> a.txt");
+    inside(&env, &other, "cd /workspace && echo applied > applied.txt");
+
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only"])), lines("a.txt\nnew.txt\n"));
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only", "--committed"])), lines("new.txt\n"));
+    assert_eq!(lines(&env.ok(&["diff", &name, "--name-only", "--uncommitted"])), lines("a.txt\n"));
+    let log = env.json(&["log", &name, "--json"]);
+    let described = log["commits"].as_array().unwrap().iter().find(|c| c["summary"] == "add new.txt").unwrap().clone();
+    let change_id = described["change_id"].as_str().unwrap().to_owned();
+
+    env.ok(&["merge", &name, "--yes"]);
+    // main moved onto the agent's work, whose change keeps its id.
+    let on_main =
+        jj(&repo, &["log", "--no-graph", "-r", "::main & description(exact:\"add new.txt\n\")", "-T", "change_id"]);
+    assert_eq!(on_main.trim(), change_id);
+    assert_eq!(jj(&repo, &["file", "show", "-r", "main", "root:a.txt"]), "base\nmore\n");
+    let dry = env.ok(&["down", &name, "--dry-run"]);
+    assert!(dry.contains("nothing of the agent's to archive"), "{dry}");
+    env.ok(&["down", &name]);
+    assert!(!jj(&repo, &["bookmark", "list"]).contains("forage/archive"), "down archived landed work");
+
+    // apply: the other sandbox's file in the user's working copy, which jj takes in.
+    env.ok(&["apply", &other]);
+    assert_eq!(std::fs::read_to_string(repo.join("applied.txt")).unwrap(), "applied\n");
+    assert!(jj(&repo, &["diff", "--name-only"]).contains("applied.txt"));
+
+    // main moved meanwhile: --squash makes one new change on it, and jj gets
+    // to know it without a bookmark of forage's left behind.
+    jj(&repo, &["new", "main", "-m", "user's own"]);
+    std::fs::write(repo.join("user.txt"), "mine\n").unwrap();
+    jj(&repo, &["bookmark", "set", "main", "-r", "@"]);
+    jj(&repo, &["new"]);
+    inside(&env, &other, "cd /workspace && jj describe -m 'the other change' >/dev/null 2>&1");
+    env.ok(&["merge", &other, "--squash", "--yes", "-m", "squashed"]);
+    let main = jj(&repo, &["log", "--no-graph", "-r", "main | main-", "-T", "description.first_line() ++ \"\\n\""]);
+    assert_eq!(main, "squashed\nuser's own\n");
+    assert_eq!(jj(&repo, &["file", "show", "-r", "main", "root:applied.txt"]), "applied\n");
+    assert!(
+        !jj(&repo, &["bookmark", "list", "--all"]).contains("forage-landing"),
+        "{}",
+        jj(&repo, &["bookmark", "list", "--all"])
+    );
+    let dry = env.ok(&["down", &other, "--dry-run"]);
+    assert!(dry.contains("nothing of the agent's to archive"), "{dry}");
+    env.ok(&["down", &other]);
+    assert!(!jj(&repo, &["bookmark", "list"]).contains("forage/archive"), "down archived landed work");
+    env.assert_nothing_left_but_archives();
+}
