@@ -1,8 +1,9 @@
 //! What forage tells about sandboxes: `list` (records plus one Engine API call)
 //! and `status`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -177,10 +178,19 @@ impl<R: Runtime> Engine<R> {
         let workspaces: Vec<_> =
             if detailed { records.iter().map(|r| r.workspace.clone()).collect() } else { Vec::new() };
         let label = self.home.label();
-        let (containers, mut counts) = tokio::join!(self.runtime.list(&label), counts_of(workspaces));
+        // The engine's list, then (detailed) one request per running agent for
+        // when it last printed: engine work, done while this process counts
+        // commits and files on its blocking pool.
+        let listing = async {
+            let containers = self.runtime.list(&label).await?;
+            let idle = if detailed { self.idle_agents(&records, &containers).await } else { HashSet::new() };
+            Ok::<_, Error>((containers, idle))
+        };
+        let (listed, mut counts) = tokio::join!(listing, counts_of(workspaces));
+        let (containers, idle) = listed?;
         counts.resize(records.len(), None);
         let mut by_sandbox: HashMap<String, ContainerSummary> =
-            containers?.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
+            containers.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
         let mut rows = Vec::with_capacity(records.len() + bad.len());
         for (r, counts) in records.iter().zip(counts) {
             let container = by_sandbox.remove(r.name.as_str());
@@ -191,15 +201,13 @@ impl<R: Runtime> Engine<R> {
             if let Some(c) = &container {
                 row.exit_code = c.exit_code;
                 row.agent = match c.state {
+                    ContainerState::Running if idle.contains(&r.container) => Some(Activity::Idle),
                     ContainerState::Running => Some(Activity::Working),
                     s if s.has_ended() => Some(Activity::Exited),
                     _ => None,
                 };
             }
             rows.push(row);
-        }
-        if detailed {
-            self.mark_idle(&mut rows, &records).await;
         }
         // A record forage cannot read is shown, not skipped, and its container is
         // not an orphan.
@@ -216,20 +224,16 @@ impl<R: Runtime> Engine<R> {
         Ok(rows)
     }
 
-    /// Marks running agents that printed nothing for `IDLE_AFTER` as idle (one
-    /// engine request per running agent, all at once).
-    async fn mark_idle(&self, rows: &mut [SandboxRow], records: &[Record]) {
-        let looks = rows
+    /// The containers of `records` that run an agent that printed nothing for
+    /// `IDLE_AFTER` (one engine request per running agent, all at once).
+    async fn idle_agents(&self, records: &[Record], containers: &[ContainerSummary]) -> HashSet<String> {
+        let running: HashSet<&str> =
+            containers.iter().filter(|c| c.state == ContainerState::Running).map(|c| c.name.as_str()).collect();
+        let looks = records
             .iter()
-            .zip(records)
-            .filter(|(row, _)| row.agent == Some(Activity::Working))
-            .map(|(_, r)| async move { (r.container.clone(), self.activity_of(r).await) });
-        let activity: HashMap<String, Activity> = futures_util::future::join_all(looks).await.into_iter().collect();
-        for (row, record) in rows.iter_mut().zip(records) {
-            if let Some(a) = activity.get(&record.container) {
-                row.agent = Some(*a);
-            }
-        }
+            .filter(|r| running.contains(r.container.as_str()))
+            .map(|r| async move { (self.activity_of(r).await == Activity::Idle).then(|| r.container.clone()) });
+        futures_util::future::join_all(looks).await.into_iter().flatten().collect()
     }
 
     /// Whether a running agent is working or idle: idle once it has printed
@@ -334,19 +338,33 @@ impl<R: Runtime> Engine<R> {
 }
 
 /// Each workspace's `counts`, read on the blocking pool, a few at a time.
+/// Every workspace's counts, in order, on the blocking pool: one lane per
+/// core, each taking its share of the sandboxes.
 async fn counts_of(workspaces: Vec<crate::workspace::WorkspaceRecord>) -> Vec<Option<WorkCounts>> {
-    let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(workspaces.len().max(1));
-    let per_lane = workspaces.len().div_ceil(lanes).max(1);
-    let mut chunks: Vec<Vec<crate::workspace::WorkspaceRecord>> = Vec::new();
-    let mut rest = workspaces;
-    while !rest.is_empty() {
-        let tail = rest.split_off(per_lane.min(rest.len()));
-        chunks.push(std::mem::replace(&mut rest, tail));
+    let total = workspaces.len();
+    // Sandboxes of one repository next to each other, so that a lane opens
+    // each repository once (`Counting`); the counts are put back in order after.
+    let mut order: Vec<(usize, crate::workspace::WorkspaceRecord)> = workspaces.into_iter().enumerate().collect();
+    order.sort_by_cached_key(|(_, w)| w.get().repository().map(Path::to_path_buf));
+    let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(total.max(1));
+    let per_lane = total.div_ceil(lanes).max(1);
+    let mut chunks = Vec::new();
+    while !order.is_empty() {
+        let tail = order.split_off(per_lane.min(order.len()));
+        chunks.push(std::mem::replace(&mut order, tail));
     }
-    let tasks = chunks
-        .into_iter()
-        .map(|chunk| tokio::task::spawn_blocking(move || chunk.iter().map(|w| w.get().counts()).collect::<Vec<_>>()));
-    futures_util::future::join_all(tasks).await.into_iter().flat_map(|r| r.unwrap_or_default()).collect()
+    let tasks = chunks.into_iter().map(|chunk| {
+        tokio::task::spawn_blocking(move || {
+            let mut shared = crate::workspace::Counting::default();
+            chunk.iter().map(|(i, w)| (*i, w.get().counts(&mut shared))).collect::<Vec<_>>()
+        })
+    });
+    let mut counts = vec![None; total];
+    // A lane that panicked leaves its sandboxes uncounted (`-`), no others.
+    for (i, c) in futures_util::future::join_all(tasks).await.into_iter().flat_map(|r| r.unwrap_or_default()) {
+        counts[i] = c;
+    }
+    counts
 }
 
 pub fn not_found(name: &SandboxName) -> Error {

@@ -164,9 +164,37 @@ pub trait Workspace: Send + Sync {
         None
     }
     /// `list`'s counts, cheaply and without a sync (`None`: no history, or
-    /// unreadable now).
-    fn counts(&self) -> Option<WorkCounts> {
+    /// unreadable now). `shared` carries what sandboxes on one repository
+    /// have in common (the opened repository, its ignore rules) from one
+    /// call to the next.
+    fn counts(&self, _shared: &mut Counting) -> Option<WorkCounts> {
         None
+    }
+}
+
+/// What `counts` calls on one thread share: each host repository opened
+/// once, with its own ignore rules (`info/exclude`, `core.excludesFile`)
+/// read once. Kept for one `list`, never longer, so nothing in it goes stale.
+#[derive(Default)]
+pub struct Counting {
+    repos: std::collections::HashMap<PathBuf, std::rc::Rc<(git2::Repository, worktree_files::HostRules)>>,
+}
+
+impl Counting {
+    /// The repository whose git directory is `common_dir`, opened once.
+    pub fn repository(
+        &mut self,
+        common_dir: &Path,
+    ) -> Result<std::rc::Rc<(git2::Repository, worktree_files::HostRules)>> {
+        if let Some(r) = self.repos.get(common_dir) {
+            return Ok(r.clone());
+        }
+        let repo = git2::Repository::open(common_dir)
+            .map_err(|e| crate::error::Error::workspace(format!("opening {}: {e}", common_dir.display())))?;
+        let rules = worktree_files::HostRules::of(&repo);
+        let shared = std::rc::Rc::new((repo, rules));
+        self.repos.insert(common_dir.to_path_buf(), shared.clone());
+        Ok(shared)
     }
 }
 

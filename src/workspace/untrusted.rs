@@ -32,6 +32,12 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    pub fn of(st: &FileStat) -> Kind {
+        kind_of(st)
+    }
+}
+
 fn kind_of(st: &FileStat) -> Kind {
     match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
         SFlag::S_IFDIR => Kind::Dir,
@@ -115,7 +121,18 @@ impl Dir {
             if name == "." || name == ".." {
                 continue;
             }
-            match self.kind(name)? {
+            // The type readdir gives where the file system says it (no stat
+            // per entry), else lstat's. Either is only a hint: what is done
+            // with the entry later (O_NOFOLLOW, O_DIRECTORY, fstat) checks again.
+            use nix::dir::Type;
+            let kind = match entry.file_type() {
+                Some(Type::Directory) => Some(Kind::Dir),
+                Some(Type::File) => Some(Kind::File),
+                Some(Type::Symlink) => Some(Kind::Symlink),
+                Some(_) => Some(Kind::Other),
+                None => self.kind(name)?,
+            };
+            match kind {
                 Some(kind) => out.push((name.to_os_string(), kind)),
                 None => continue, // removed while listing
             }

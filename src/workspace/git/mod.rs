@@ -479,12 +479,30 @@ impl GitWorkspace {
 
     /// `dirty_files`, and the paths `down` could not archive ("path: why").
     fn uncommitted(&self) -> Result<(Vec<String>, Vec<String>)> {
-        let Some(view) = self.view()? else { return Ok(Default::default()) };
-        let index = view.index().map_err(ws_err)?;
-        let files = worktree_files::read(&view, &self.path, Known::Index(index), Reading::Look)?;
         let repo = self.open()?;
-        let tree = self.tip(&repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
-        let changed = files.changed_since(&repo, tree.as_ref())?;
+        self.uncommitted_in(&repo, &worktree_files::HostRules::of(&repo))
+    }
+
+    /// `uncommitted`, in the host repository `repo` already opened. The host
+    /// view's index is opened by itself: its stat data tells which files
+    /// changed, and the host repository's excludes apply (the same as opening
+    /// the view, for half the work: `list` counts every sandbox this way).
+    fn uncommitted_in(
+        &self,
+        repo: &Repository,
+        rules: &worktree_files::HostRules,
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        if !self.path.join(".git").exists() {
+            return Ok(Default::default());
+        }
+        let index_file = self.admin_dir().join("index");
+        let index = match git2::Index::open(&index_file) {
+            Ok(index) => index,
+            Err(e) => return Err(ws_err(format!("reading {}: {e}", index_file.display()))),
+        };
+        let files = worktree_files::read_with(repo, rules, &self.path, Known::Index(index), Reading::Look)?;
+        let tree = self.tip(repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+        let changed = files.changed_since(repo, tree.as_ref())?;
         let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
         Ok((changed, skipped))
     }
@@ -567,8 +585,11 @@ impl GitWorkspace {
     /// Commits ahead of / behind the base (the base branch's current tip if there
     /// was one, else the base commit).
     pub fn ahead_behind(&self) -> Result<Option<(usize, usize)>> {
-        let repo = self.open()?;
-        let Some(tip) = self.tip(&repo) else {
+        self.ahead_behind_in(&self.open()?)
+    }
+
+    fn ahead_behind_in(&self, repo: &Repository) -> Result<Option<(usize, usize)>> {
+        let Some(tip) = self.tip(repo) else {
             return Ok(None);
         };
         let upstream = self
@@ -836,12 +857,14 @@ impl Workspace for GitWorkspace {
         (!self.is_legacy()).then_some(self as &dyn super::review::Review)
     }
 
-    fn counts(&self) -> Option<super::WorkCounts> {
+    fn counts(&self, shared: &mut super::Counting) -> Option<super::WorkCounts> {
         if self.is_legacy() {
             return None;
         }
-        let ahead = self.ahead_behind().ok().flatten().map_or(0, |(ahead, _)| ahead);
-        Some(super::WorkCounts { ahead, dirty: self.dirty_files().ok()?.len() })
+        let repo = shared.repository(&self.common_dir).ok()?;
+        let (repo, rules) = &*repo;
+        let ahead = self.ahead_behind_in(repo).ok().flatten().map_or(0, |(ahead, _)| ahead);
+        Some(super::WorkCounts { ahead, dirty: self.uncommitted_in(repo, rules).ok()?.0.len() })
     }
 }
 

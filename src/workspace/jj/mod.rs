@@ -904,7 +904,7 @@ impl Workspace for JjWorkspace {
         (!self.is_legacy()).then_some(self as &dyn super::review::Review)
     }
 
-    fn counts(&self) -> Option<super::WorkCounts> {
+    fn counts(&self, _shared: &mut super::Counting) -> Option<super::WorkCounts> {
         if self.is_legacy() {
             return None;
         }
