@@ -25,6 +25,7 @@ LARGE_FILES = int(os.environ.get("LARGE_FILES", "50000"))
 LARGE_RUNS = int(os.environ.get("LARGE_RUNS", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "16"))
 LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").split()]
+LIST_RUNNING = int(os.environ.get("LIST_RUNNING", "10"))
 FLOOR = os.path.join(WORK, "floor")
 HOME = os.environ["FORAGE_HOME"]
 LABEL = "forage-bench=1"
@@ -294,31 +295,61 @@ def main():
     with open(os.path.join(RESULTS, "parallel-retries.json"), "w") as f:
         json.dump({"retries": retries, "ups": PARALLEL * (par_runs + 1)}, f)
 
-    for count in LIST_SANDBOXES:
-        print(f"==> {count} sandboxes for list", flush=True)
-        have = len(sh(f"{F} list -q").split())
-        for i in range(have, count):
-            sh(f"{F} up l{i} --workspace {FLOOR} --no-start -q")
+    # `list` reads every sandbox's worktree (its DIRTY column) and the branch
+    # (AHEAD), and asks the engine when each running agent last printed (its
+    # idle STATUS): the sandboxes are git-worktree ones on `repo`, LIST_RUNNING
+    # of them running, the rest made with `--no-start`.
+    def list_rows(count, key, running, dirty):
+        def list_ok():
+            rows = json.loads(sh(f"{F} list --json"))
+            if len(rows) != count:
+                raise Failed(f"list shows {len(rows)} sandboxes, not {count}")
+            if any(r["ahead"] is None or r["dirty"] is None for r in rows):
+                raise Failed("list did not count every sandbox's commits and files")
+            agents = sum(1 for r in rows if r["agent"] in ("working", "idle"))
+            if agents != running:
+                raise Failed(f"list shows {agents} running agents, not {running}")
+            if sum(r["dirty"] for r in rows) != dirty:
+                raise Failed(f"list does not count the {dirty} dirty files")
 
-        def list_ok(count=count):
-            if len(json.loads(sh(f"{F} list --json"))) != count:
-                raise Failed(f"list does not show {count} sandboxes")
-
-        def ps_ok(count=count):
+        def ps_ok():
             if len(sh(f"docker ps -a -q --filter label=forage.home={HOME}").split()) != count:
                 raise Failed(f"docker ps does not show {count} containers")
 
-        bench(f"list-{count}", RUNS, {
+        bench(key, RUNS, {
             "forage": (nothing, f"{F} list >/dev/null", list_ok, nothing),
             "floor": (nothing, f"docker ps -a --filter label=forage.home={HOME} >/dev/null", ps_ok, nothing),
         }, warmup=2)
+
+    def make_list_sandboxes(count):
+        have = len(sh(f"{F} list -q").split())
+        for i in range(have, count):
+            start = "" if i < LIST_RUNNING else "--no-start"
+            sh(f"{F} up l{i} --git-worktree {repo} {start} -q")
+            if i % 7 == 0:
+                # Some work to count: a dirty file in every seventh sandbox.
+                with open(os.path.join(HOME, "workspaces", f"l{i}", f"dirty-{i}.txt"), "w") as f:
+                    f.write("work\n")
+
+    for count in LIST_SANDBOXES:
+        print(f"==> {count} sandboxes for list", flush=True)
+        make_list_sandboxes(count)
+        list_rows(count, f"list-{count}", min(LIST_RUNNING, count), len(range(0, count, 7)))
 
     def rss(cmd):
         out = sh(f"python3 -c 'import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' {cmd}")
         return int(out.strip())
 
     memory = {"list": rss(f"{F} list"), "docker_ps": rss(f"docker ps -a --filter label=forage.home={HOME}"), "sandboxes": LIST_SANDBOXES[-1]}
-    sh(f"{F} down --all -q")
+
+    # The worst case for the idle column: every agent of the first list row running.
+    first = LIST_SANDBOXES[0]
+    print(f"==> {first} sandboxes for list, all running", flush=True)
+    sh(f"{F} down --all --discard -q")
+    for i in range(first):
+        sh(f"{F} up l{i} --git-worktree {repo} -q")
+    list_rows(first, f"list-running-{first}", first, 0)
+    sh(f"{F} down --all --discard -q")
     memory["up"] = rss(f"{F} up rss --git-worktree {repo} -q")
     sh(f"{F} down rss --discard -q")
     with open(os.path.join(RESULTS, "rss.json"), "w") as f:

@@ -28,12 +28,14 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("results")
     p.add_argument("out")
-    for flag in ["--runs", "--large-files", "--large-runs", "--parallel"]:
+    for flag in ["--runs", "--large-files", "--large-runs", "--parallel", "--list-running"]:
         p.add_argument(flag, type=int, required=True)
     a = p.parse_args()
 
     lists = sorted(
-        int(f[len("list-"):-len(".json")]) for f in os.listdir(a.results) if f.startswith("list-") and f.endswith(".json")
+        int(f[len("list-"):-len(".json")])
+        for f in os.listdir(a.results)
+        if f.startswith("list-") and not f.startswith("list-running-") and f.endswith(".json")
     )
     rows = [
         ("cycle", "up + down cycle, git-worktree (`up` then `down --discard`)", "≤ 1.0×", 1.0),
@@ -42,9 +44,16 @@ def main():
         ("jj-cycle", "up + down cycle, jj (`up --jj` then `down --discard`) vs forage's git-worktree cycle", "≤ 1.5×", 1.5),
         ("built", "`up` with a template built from a Dockerfile, already cached, vs `docker build` (cached) + `git worktree add` + `docker run`", "", None),
     ]
+    running = sorted(
+        int(f[len("list-running-"):-len(".json")]) for f in os.listdir(a.results) if f.startswith("list-running-")
+    )
     rows += [
-        (f"list-{n}", f"`list` with {n} sandboxes vs `docker ps -a --filter label=forage.home=…`", "≤ 1.0×", 1.0)
+        (f"list-{n}", f"`list` with {n} git-worktree sandboxes ({min(a.list_running, n)} running) vs `docker ps -a --filter label=forage.home=…`", "≤ 1.0×", 1.0)
         for n in lists
+    ]
+    rows += [
+        (f"list-running-{n}", f"`list` with {n} git-worktree sandboxes, all running, vs `docker ps -a --filter …`", "", None)
+        for n in running
     ]
     rows += [
         ("parallel", f"{a.parallel} parallel `up`s on one repository vs {a.parallel} parallel floors (a raced `git worktree add` retried)", "", None),
@@ -81,7 +90,11 @@ def main():
     memory = sh("free -g | awk '/Mem:/ {print $2}'")
     engine = sh("docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})'")
     driver = sh("docker info --format '{{.Driver}}'")
-    commit = sh("git -C " + os.path.dirname(os.path.abspath(a.out)) + " rev-parse --short HEAD")
+    checkout = os.path.dirname(os.path.abspath(a.out))
+    commit = sh(f"git -C {checkout} rev-parse --short HEAD")
+    # The figures are of the code as built, which may differ from the commit.
+    if sh(f"git -C {checkout} status --porcelain --untracked-files=no -- src Cargo.toml Cargo.lock benches"):
+        commit += " plus uncommitted changes"
     lines += [
         f"| peak RSS of `forage-ctl list` ({rss['sandboxes']} sandboxes) | {rss_list:.1f} MiB | `docker ps`: {rss['docker_ps'] / 1024:.1f} MiB | | ≤ 30 MiB | {'yes' if rss_list <= 30 else '**no**'} |",
         f"| peak RSS of `forage-ctl up` (git-worktree) | {rss_up:.1f} MiB | | | | |",
@@ -95,8 +108,8 @@ def main():
         "## How to reproduce",
         "",
         "```",
-        "apt-get install hyperfine python3   # if missing (python3 runs the benchmark)",
-        "benches/lifecycle.sh                # about 15 minutes; rewrites this file",
+        "apt-get install python3 git   # if missing (jj: cargo install jj-cli@0.45.1 --locked)",
+        "benches/lifecycle.sh          # about 20 minutes; rewrites this file",
         "RUNS=5 LARGE_FILES=5000 LIST_SANDBOXES=100 benches/lifecycle.sh   # a quicker, smaller run",
         "```",
         "",
@@ -116,25 +129,32 @@ def main():
         "  twice (one `jj log` for the base and the bookmarks, then `jj git init` for the",
         "  agent's private repository, which checks out the base), where a git-worktree `up` calls",
         "  libgit2 in-process; its `down --discard` also runs one `jj log` inside the",
-        "  container (a `docker exec`, ~160 ms here, the first jj run in a new container",
-        "  reading its binary cold), to say which changes it throws away. Its goal is",
-        "  relative to the git-worktree cycle.",
-        "- **The list rows** use sandboxes made with `up --no-start` (a stopped container",
-        "  costs `list` and `docker ps` the same as a running one); both read one Engine API",
-        "  list call, and forage also reads its records.",
+        "  container (a `docker exec`, the first jj run in a new container reading its",
+        "  binary cold), to say which changes it throws away. Its goal is relative to the",
+        "  git-worktree cycle.",
+        "- **The list rows** count, for every sandbox, the commits ahead (from the branch",
+        "  in the host repository) and the dirty files (a read of its worktree, with the",
+        "  index's stat data), on the blocking pool, while the engine lists the containers",
+        "  and, for each running agent, returns when it last printed (the idle status): one",
+        "  engine request per running agent. The sandboxes are git-worktree sandboxes of a",
+        f"  50-file repository, every seventh with a dirty file; {a.list_running} run an agent and",
+        "  the rest were made with `up --no-start`. The check after each run compares",
+        "  `list --json` with that: every sandbox counted, the running agents and the dirty",
+        "  files all there. The all-running row shows what the idle status costs when every",
+        "  agent runs: the engine answers one request per agent, and `list` has no goal for",
+        "  it; `forage-ctl -q list` (names only) makes no such requests and counts nothing.",
         "- **The large-repository row** is dominated by creating the files: on this",
         "  machine's disk both git2 and the git CLI spend almost all of it in the kernel,",
         "  and it varies by about 10% between runs with only a few runs.",
         "- **`up` watches the agent after starting it** (100 ms, or a third of the time the",
-        "  engine took to start the container, ~120 ms on this machine), so that an agent that",
+        "  engine took to start the container if that is longer), so that an agent that",
         "  dies at once (`claude: not found`, a crash on start) fails `up` with its exit code",
         "  and output instead of being reported as up; the floor's `docker run -d` checks",
         "  nothing. That watch is most of the difference in the `up` and cycle rows, and",
-        "  why the cycle misses its goal: before it, with the private repositories already",
-        "  in place, the cycle measured 1.01× in a full run of this script (511 ms against",
-        "  505 ms). A fixed 100 ms was not enough: on an engine busy with other containers",
-        "  a dying agent's output ended up to 106 ms after the start returned, and `up`",
-        "  reported it up; the watch now grows with the start.",
+        "  why the cycle misses its goal: the goal was set before `up` had to tell the",
+        "  truth about an agent that dies as it starts, and forage keeps the watch",
+        "  (a fixed 100 ms was not enough on a busy engine: a dying agent's output could",
+        "  arrive later than that, and `up` reported it up).",
         "- `down --discard` kills a git-worktree or jj sandbox's agent at once, as the",
         "  floor's `docker rm -f` does: nothing the agent could still write is kept.",
         "- forage's containers also carry the cgroup limits, capability drops and the",
@@ -142,7 +162,7 @@ def main():
         "  `up` also makes the agent's private repository.",
         "- The offline default image carries the invoking user's passwd/group entries and",
         "  HOME, so `up` copies nothing into the container; for other images forage copies",
-        "  them in through the Engine API (three archive calls, ~200 ms on fuse-overlayfs).",
+        "  them in through the Engine API (three archive calls; not measured here).",
         "",
     ]
     with open(a.out, "w") as f:
