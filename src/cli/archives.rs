@@ -10,6 +10,7 @@ use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::ArchiveEntry;
+use crate::sandbox::PruneOutcome;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -119,16 +120,17 @@ async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<i32> {
     }
     let mut kept = 0;
     for p in &pruned {
-        match p.outcome {
-            "kept" => {
+        let what = match p.outcome {
+            PruneOutcome::Kept => {
                 kept += 1;
                 ctx.out.warn(format!("{}: {}", shown(&p.archive.refname), p.why.as_deref().unwrap_or("kept")));
+                continue;
             }
-            outcome if !ctx.out.json_wanted() => {
-                let what = if outcome == "gone" { "forgot (its ref was gone already)" } else { "deleted" };
-                ctx.out.data(format!("{what} {} of sandbox {}", p.archive.refname, p.archive.name));
-            }
-            _ => {}
+            PruneOutcome::Gone => "forgot (its ref was gone already)",
+            PruneOutcome::Deleted => "deleted",
+        };
+        if !ctx.out.json_wanted() {
+            ctx.out.data(format!("{what} {} of sandbox {}", shown(&p.archive.refname), p.archive.name));
         }
     }
     Ok(if kept > 0 { 1 } else { 0 })

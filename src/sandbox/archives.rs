@@ -16,10 +16,21 @@ use crate::workspace::Mode;
 pub struct Pruned {
     #[serde(flatten)]
     pub archive: ArchiveEntry,
-    /// `deleted`, `gone` (its ref was deleted already), or `kept` (see `why`).
-    pub outcome: &'static str,
+    pub outcome: PruneOutcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+}
+
+/// What became of an archive `prune` was asked to delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PruneOutcome {
+    /// Its ref (bookmark) and index entry are deleted.
+    Deleted,
+    /// Its ref was deleted already: only the index entry went.
+    Gone,
+    /// Its ref points elsewhere now, or could not be deleted (see `why`).
+    Kept,
 }
 
 impl<R: Runtime> Engine<R> {
@@ -72,11 +83,11 @@ impl<R: Runtime> Engine<R> {
                 })
                 .await;
                 let (outcome, why) = match deleted {
-                    Ok(true) => ("deleted", None),
-                    Ok(false) => ("gone", None),
-                    Err(e) => ("kept", Some(e.to_string())),
+                    Ok(true) => (PruneOutcome::Deleted, None),
+                    Ok(false) => (PruneOutcome::Gone, None),
+                    Err(e) => (PruneOutcome::Kept, Some(e.to_string())),
                 };
-                if outcome != "kept" {
+                if outcome != PruneOutcome::Kept {
                     index.retain(|a| !(a.refname == archive.refname && a.commit == archive.commit));
                 }
                 out.push(Pruned { archive: archive.clone(), outcome, why });

@@ -22,7 +22,7 @@ mod tests;
 mod up;
 mod wait;
 
-pub use archives::Pruned;
+pub use archives::{PruneOutcome, Pruned};
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;
