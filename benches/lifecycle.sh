@@ -17,6 +17,11 @@ export PARALLEL=${PARALLEL:-16} LIST_SANDBOXES=${LIST_SANDBOXES:-100 500} LIST_R
 
 command -v jj >/dev/null || { echo "jj is missing: cargo install jj-cli@0.45.1 --locked" >&2; exit 1; }
 cargo build --release --quiet
+# What was built: the commit, and whether the code differed from it.
+BUILT=$(git rev-parse --short HEAD)
+if [ -n "$(git status --porcelain --untracked-files=no -- src Cargo.toml Cargo.lock)" ]; then
+  BUILT="$BUILT plus uncommitted changes"
+fi
 export FORAGE_CTL=$ROOT/target/release/forage-ctl
 WORK=$(mktemp -d /tmp/forage-bench.XXXXXX)
 export WORK FORAGE_HOME=$WORK/home JJ_USER=bench JJ_EMAIL=bench@example.com
@@ -36,5 +41,5 @@ trap cleanup EXIT
 python3 "$ROOT/benches/lifecycle.py"
 echo "==> writing docs/benchmarks.md"
 python3 "$ROOT/benches/report.py" "$WORK/results" "$ROOT/docs/benchmarks.md" --runs "$RUNS" \
-  --large-files "$LARGE_FILES" --large-runs "$LARGE_RUNS" --parallel "$PARALLEL" --list-running "$LIST_RUNNING"
+  --large-files "$LARGE_FILES" --large-runs "$LARGE_RUNS" --parallel "$PARALLEL" --list-running "$LIST_RUNNING" --built "$BUILT"
 cat "$ROOT/docs/benchmarks.md"

@@ -30,6 +30,7 @@ def main():
     p.add_argument("out")
     for flag in ["--runs", "--large-files", "--large-runs", "--parallel", "--list-running"]:
         p.add_argument(flag, type=int, required=True)
+    p.add_argument("--built", required=True, help="the commit forage-ctl was built from, as lifecycle.sh saw it")
     a = p.parse_args()
 
     lists = sorted(
@@ -90,11 +91,7 @@ def main():
     memory = sh("free -g | awk '/Mem:/ {print $2}'")
     engine = sh("docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})'")
     driver = sh("docker info --format '{{.Driver}}'")
-    checkout = os.path.dirname(os.path.abspath(a.out))
-    commit = sh(f"git -C {checkout} rev-parse --short HEAD")
-    # The figures are of the code as built, which may differ from the commit.
-    if sh(f"git -C {checkout} status --porcelain --untracked-files=no -- src Cargo.toml Cargo.lock benches"):
-        commit += " plus uncommitted changes"
+    commit = a.built
     lines += [
         f"| peak RSS of `forage-ctl list` ({rss['sandboxes']} sandboxes) | {rss_list:.1f} MiB | `docker ps`: {rss['docker_ps'] / 1024:.1f} MiB | | ≤ 30 MiB | {'yes' if rss_list <= 30 else '**no**'} |",
         f"| peak RSS of `forage-ctl up` (git-worktree) | {rss_up:.1f} MiB | | | | |",
@@ -143,6 +140,8 @@ def main():
         "  files all there. The all-running row shows what the idle status costs when every",
         "  agent runs: the engine answers one request per agent, and `list` has no goal for",
         "  it; `forage-ctl -q list` (names only) makes no such requests and counts nothing.",
+        "  Beyond `docker ps`, most of what `list` spends is the DIRTY column: a stat of",
+        "  every file of every sandbox's worktree, so it grows with the sandboxes' size.",
         "- **The large-repository row** is dominated by creating the files: on this",
         "  machine's disk both git2 and the git CLI spend almost all of it in the kernel,",
         "  and it varies by about 10% between runs with only a few runs.",
