@@ -489,6 +489,36 @@ fn refuse_conflicts(index: &git2::Index) -> Result<()> {
     .hint("land it with your own tools, or have the agent bring the target's changes into its work first"))
 }
 
+/// Applies the change from tree `old` to tree `new` to the working directory
+/// of `checkout` as uncommitted edits, like `git apply`: every hunk is checked
+/// first, and where one does not apply nothing is changed (exit 4, with
+/// `hint`). Returns the paths touched.
+pub fn apply_to_workdir(checkout: &Repository, old: Oid, new: Oid, what: &str, hint: &str) -> Result<Vec<String>> {
+    let old = checkout.find_tree(old).map_err(err)?;
+    let new = checkout.find_tree(new).map_err(err)?;
+    let mut opts = DiffOptions::new();
+    opts.show_binary(true);
+    let diff = checkout.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(err)?;
+    let paths: Vec<String> = diff
+        .deltas()
+        .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    let mut check = git2::ApplyOptions::new();
+    check.check(true);
+    checkout.apply(&diff, git2::ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
+        Error::conflict(format!(
+            "the agent's change does not apply cleanly to your {what} ({}); nothing was changed",
+            e.message()
+        ))
+        .hint(hint.to_owned())
+    })?;
+    checkout
+        .apply(&diff, git2::ApplyLocation::WorkDir, None)
+        .map_err(|e| Error::workspace(format!("applying the work: {e}")))?;
+    Ok(paths)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

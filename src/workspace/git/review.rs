@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use git2::{ApplyLocation, ApplyOptions, BranchType, Oid, Repository, StatusOptions};
+use git2::{BranchType, Oid, Repository, StatusOptions};
 
 use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
 use super::super::worktree_files::{self, Known, Reading};
@@ -82,28 +82,13 @@ impl Review for GitWorkspace {
                 self.repo.display()
             )));
         }
-        let old = repo.find_tree(tree_of(repo, work.start)?).map_err(ws_err)?;
-        let new = repo.find_tree(work.current).map_err(ws_err)?;
-        let mut opts = git2::DiffOptions::new();
-        opts.show_binary(true);
-        let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(ws_err)?;
-        let paths: Vec<String> = diff
-            .deltas()
-            .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        let mut check = ApplyOptions::new();
-        check.check(true);
-        repo.apply(&diff, ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
-            Error::conflict(format!(
-                "the agent's change does not apply cleanly to your checkout {} ({}); nothing was changed",
-                self.repo.display(),
-                e.message()
-            ))
-            .hint("commit or stash what you changed in those files, or land it with `merge`")
-        })?;
-        repo.apply(&diff, ApplyLocation::WorkDir, None).map_err(|e| ws_err(format!("applying the work: {e}")))?;
-        Ok(paths)
+        super::super::review::apply_to_workdir(
+            repo,
+            tree_of(repo, work.start)?,
+            work.current,
+            &format!("checkout {}", self.repo.display()),
+            "commit or stash what you changed in those files, or land it with `merge`",
+        )
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use git2::{ApplyLocation, ApplyOptions, Oid, Repository};
+use git2::{Oid, Repository};
 
 use super::super::review::{self, tree_of, LandPlan, LogEntry, Review, Work};
 use super::{host_bookmarks, jj_on_host, ws_err, JjWorkspace};
@@ -115,28 +115,13 @@ impl Review for JjWorkspace {
         // them in at its next command).
         let checkout = self.open_host()?;
         checkout.set_workdir(&self.repo, false).map_err(ws_err)?;
-        let old = checkout.find_tree(tree_of(&checkout, work.start)?).map_err(ws_err)?;
-        let new = checkout.find_tree(work.current).map_err(ws_err)?;
-        let mut opts = git2::DiffOptions::new();
-        opts.show_binary(true);
-        let diff = checkout.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(ws_err)?;
-        let paths: Vec<String> = diff
-            .deltas()
-            .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
-        let mut check = ApplyOptions::new();
-        check.check(true);
-        checkout.apply(&diff, ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
-            Error::conflict(format!(
-                "the agent's change does not apply cleanly to your working copy {} ({}); nothing was changed",
-                self.repo.display(),
-                e.message()
-            ))
-            .hint("`jj new` first to apply it onto a clean change, or land it with `merge`")
-        })?;
-        checkout.apply(&diff, ApplyLocation::WorkDir, None).map_err(|e| ws_err(format!("applying the work: {e}")))?;
-        Ok(paths)
+        review::apply_to_workdir(
+            &checkout,
+            tree_of(&checkout, work.start)?,
+            work.current,
+            &format!("working copy {}", self.repo.display()),
+            "`jj new` first to apply it onto a clean change, or land it with `merge`",
+        )
     }
 }
 
