@@ -329,3 +329,53 @@ fn sigkill_after_any_step_of_down_then_down_again_loses_nothing_and_leaves_nothi
     }
     assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]));
 }
+
+/// A container that another party is removing (the engine answers 409, "removal
+/// already in progress"): forage's `remove` returns only once the container is
+/// gone, because `down` deletes the workspace it mounts right after. Several
+/// removals race on one running container; every one of them, when it returns,
+/// must find the container gone.
+#[test]
+fn a_removal_already_in_progress_is_waited_for_before_remove_returns() {
+    use forage::runtime::Runtime;
+
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let name = env.unique("rm-race");
+    env.ok(&["up", &name, "--workspace", ws.to_str().unwrap()]);
+    let container = format!("forage-{name}");
+    let engine = forage::runtime::docker::Docker::new(std::env::var("DOCKER_HOST").ok().as_deref());
+
+    // The raw engine first, on the same kind of container: concurrent removals
+    // do meet "in progress" (so the check below is a real race, not a formality).
+    let raw = docker();
+    let conflicts = block_on(async {
+        let options = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
+        let removals = (0..4).map(|_| raw.remove_container(&container, Some(options.clone())));
+        futures_util::future::join_all(removals).await
+    })
+    .into_iter()
+    .filter(|r| matches!(r, Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })))
+    .count();
+    assert!(conflicts > 0, "four concurrent removals of a running container never met a removal in progress");
+    env.ok(&["down", &name]);
+
+    env.ok(&["up", &name, "--workspace", ws.to_str().unwrap()]);
+    let gone_on_return = block_on(async {
+        let removals = (0..4).map(|_| async {
+            engine.remove(&container).await.expect("remove");
+            // Right when remove returned: is the container still there?
+            match raw.inspect_container(&container, None).await {
+                Err(e) => matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }),
+                Ok(_) => false,
+            }
+        });
+        futures_util::future::join_all(removals).await
+    });
+    assert_eq!(gone_on_return, vec![true; 4], "a remove returned while the container was still being removed");
+
+    let down = env.ok(&["down", &name]);
+    assert!(down.contains(&name), "{down}");
+    env.assert_nothing_left();
+    assert!(ws.is_dir(), "a direct workspace is the user's own");
+}
