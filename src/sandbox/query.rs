@@ -176,7 +176,7 @@ impl<R: Runtime> Engine<R> {
     async fn rows(&self, detailed: bool) -> Result<Vec<SandboxRow>> {
         let (records, bad) = self.home.load_all()?;
         let workspaces: Vec<_> =
-            if detailed { records.iter().map(|r| r.workspace.clone()).collect() } else { Vec::new() };
+            if detailed { records.iter().map(|r| (r.name.clone(), r.workspace.clone())).collect() } else { Vec::new() };
         let label = self.home.label();
         // The engine's list, then (detailed) one request per running agent for
         // when it last printed: engine work, done while this process counts
@@ -186,7 +186,7 @@ impl<R: Runtime> Engine<R> {
             let idle = if detailed { self.idle_agents(&records, &containers).await } else { HashSet::new() };
             Ok::<_, Error>((containers, idle))
         };
-        let (listed, mut counts) = tokio::join!(listing, counts_of(workspaces));
+        let (listed, mut counts) = tokio::join!(listing, counts_of(workspaces, &self.home));
         let (containers, idle) = listed?;
         counts.resize(records.len(), None);
         let mut by_sandbox: HashMap<String, ContainerSummary> =
@@ -337,15 +337,18 @@ impl<R: Runtime> Engine<R> {
     }
 }
 
-/// Each workspace's `counts`, read on the blocking pool, a few at a time.
 /// Every workspace's counts, in order, on the blocking pool: one lane per
 /// core, each taking its share of the sandboxes.
-async fn counts_of(workspaces: Vec<crate::workspace::WorkspaceRecord>) -> Vec<Option<WorkCounts>> {
+async fn counts_of(
+    workspaces: Vec<(SandboxName, crate::workspace::WorkspaceRecord)>,
+    home: &crate::store::Home,
+) -> Vec<Option<WorkCounts>> {
     let total = workspaces.len();
     // Sandboxes of one repository next to each other, so that a lane opens
     // each repository once (`Counting`); the counts are put back in order after.
-    let mut order: Vec<(usize, crate::workspace::WorkspaceRecord)> = workspaces.into_iter().enumerate().collect();
-    order.sort_by_cached_key(|(_, w)| w.get().repository().map(Path::to_path_buf));
+    let mut order: Vec<(usize, (SandboxName, crate::workspace::WorkspaceRecord))> =
+        workspaces.into_iter().enumerate().collect();
+    order.sort_by_cached_key(|(_, (_, w))| w.get().repository().map(Path::to_path_buf));
     let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(total.max(1));
     let per_lane = total.div_ceil(lanes).max(1);
     let mut chunks = Vec::new();
@@ -354,9 +357,17 @@ async fn counts_of(workspaces: Vec<crate::workspace::WorkspaceRecord>) -> Vec<Op
         chunks.push(std::mem::replace(&mut order, tail));
     }
     let tasks = chunks.into_iter().map(|chunk| {
+        let home = home.clone();
         tokio::task::spawn_blocking(move || {
             let mut shared = crate::workspace::Counting::default();
-            chunk.iter().map(|(i, w)| (*i, w.get().counts(&mut shared))).collect::<Vec<_>>()
+            let mut counted = Vec::with_capacity(chunk.len());
+            for (i, (name, w)) in &chunk {
+                counted.push((*i, w.get().counts(&mut shared)));
+                for (private, memo) in shared.take_memos() {
+                    save_memo(&home, name, &private, &memo);
+                }
+            }
+            counted
         })
     });
     let mut counts = vec![None; total];
@@ -365,6 +376,20 @@ async fn counts_of(workspaces: Vec<crate::workspace::WorkspaceRecord>) -> Vec<Op
         counts[i] = c;
     }
     counts
+}
+
+/// Saves a memo of sandbox `name`'s DIRTY count for the next `list`: only while
+/// no `up` or `down` holds the sandbox and its record is still there, so that
+/// it never lands in a private directory being removed. A memo not saved only
+/// costs the next `list` a walk.
+fn save_memo(home: &crate::store::Home, name: &SandboxName, private: &Path, memo: &crate::workspace::dirty_memo::Memo) {
+    let Ok(Some(_lock)) = home.try_lock_sandbox(name) else { return };
+    // Only where forage keeps this sandbox's private files, whatever a record says.
+    if private == home.private_dir_of(name) && home.record_path(name).exists() && private.is_dir() {
+        if let Err(e) = memo.save(private) {
+            tracing::debug!("not remembering the counts of {name}: {e}");
+        }
+    }
 }
 
 pub fn not_found(name: &SandboxName) -> Error {

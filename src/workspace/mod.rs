@@ -2,6 +2,7 @@
 //! how to validate its input, what to mount, and how to tear itself down.
 
 pub mod direct;
+pub mod dirty_memo;
 pub mod git;
 pub mod jj;
 pub mod review;
@@ -178,9 +179,42 @@ pub trait Workspace: Send + Sync {
 #[derive(Default)]
 pub struct Counting {
     repos: std::collections::HashMap<PathBuf, std::rc::Rc<(git2::Repository, worktree_files::HostRules)>>,
+    /// Refs already resolved, by git directory and name (sandboxes of one
+    /// repository mostly share their base branch).
+    refs: std::collections::HashMap<(PathBuf, String), Option<git2::Oid>>,
+    /// Commits ahead, by (tip, upstream).
+    ahead: std::collections::HashMap<(git2::Oid, git2::Oid), usize>,
+    /// Memos made since the last `take_memos`, each with the private
+    /// directory it belongs in.
+    memos: Vec<(PathBuf, dirty_memo::Memo)>,
 }
 
 impl Counting {
+    /// What ref `name` of `repo` (whose git directory is `common_dir`) points at.
+    fn ref_target(&mut self, common_dir: &Path, repo: &git2::Repository, name: &str) -> Option<git2::Oid> {
+        *self.refs.entry((common_dir.to_path_buf(), name.to_owned())).or_insert_with(|| repo.refname_to_id(name).ok())
+    }
+
+    /// How many commits `tip` has that `upstream` has not.
+    fn ahead(&mut self, repo: &git2::Repository, tip: git2::Oid, upstream: git2::Oid) -> Option<usize> {
+        if let Some(n) = self.ahead.get(&(tip, upstream)) {
+            return Some(*n);
+        }
+        let (n, _) = repo.graph_ahead_behind(tip, upstream).ok()?;
+        self.ahead.insert((tip, upstream), n);
+        Some(n)
+    }
+
+    fn remember(&mut self, private: &Path, memo: dirty_memo::Memo) {
+        self.memos.push((private.to_path_buf(), memo));
+    }
+
+    /// The memos the last counts made, for the caller to save (under the
+    /// sandbox's lock: see `query::counts_of`).
+    pub fn take_memos(&mut self) -> Vec<(PathBuf, dirty_memo::Memo)> {
+        std::mem::take(&mut self.memos)
+    }
+
     /// The repository whose git directory is `common_dir`, opened once.
     pub fn repository(
         &mut self,

@@ -141,6 +141,11 @@ impl Dir {
         Ok(out)
     }
 
+    /// The directory's own stat data (of the descriptor held, not the path).
+    pub fn stat(&self) -> io::Result<FileStat> {
+        Ok(fstat(&self.fd)?)
+    }
+
     /// What `name` is, without following it; `None` when absent.
     pub fn kind(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Kind>> {
         self.lstat(name).map(|st| st.as_ref().map(kind_of))

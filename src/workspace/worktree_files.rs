@@ -31,6 +31,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use nix::sys::stat::FileStat;
 use sha1::{Digest, Sha1};
 
+use super::dirty_memo::Observed;
 use super::untrusted::{Dir, Kind};
 use crate::error::{Error, Result};
 
@@ -121,6 +122,30 @@ pub fn read_with(
     known: Known,
     how: Reading,
 ) -> Result<WorktreeFiles> {
+    Ok(walk(repo, rules, root, known, how, None)?.0)
+}
+
+/// `read_with`, also recording the stat data of everything that decided the
+/// result (for `list`'s memo, `dirty_memo`).
+pub fn read_observed(
+    repo: &Repository,
+    rules: &HostRules,
+    root: &Path,
+    known: Known,
+    how: Reading,
+) -> Result<(WorktreeFiles, Observed)> {
+    let (files, observed) = walk(repo, rules, root, known, how, Some(Observed::default()))?;
+    Ok((files, observed.unwrap_or_default()))
+}
+
+fn walk(
+    repo: &Repository,
+    rules: &HostRules,
+    root: &Path,
+    known: Known,
+    how: Reading,
+    observed: Option<Observed>,
+) -> Result<(WorktreeFiles, Option<Observed>)> {
     let (tracked, since, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
         Known::Index(index) => {
             let mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
@@ -154,10 +179,11 @@ pub fn read_with(
         jj,
         how,
         out: WorktreeFiles::default(),
+        observed,
     };
     walk.run(Dir::open(root).map_err(err)?)?;
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(walk.out)
+    Ok((walk.out, walk.observed))
 }
 
 fn stage(e: &IndexEntry) -> u16 {
@@ -166,28 +192,37 @@ fn stage(e: &IndexEntry) -> u16 {
 
 /// The host's own ignore rules: the repository's `info/exclude` and the user's
 /// `core.excludesFile` (trusted files, read as git reads them).
-pub struct HostRules(Vec<Gitignore>);
+pub struct HostRules(Vec<Gitignore>, [u8; 20]);
 
 impl HostRules {
     pub fn of(repo: &Repository) -> HostRules {
-        HostRules(host_ignores(repo))
+        let (rules, digest) = host_ignores(repo);
+        HostRules(rules, digest)
+    }
+
+    /// A digest of which files the rules came from and their stat data: it
+    /// changes whenever the rules may have.
+    pub fn digest(&self) -> [u8; 20] {
+        self.1
     }
 }
 
-fn host_ignores(repo: &Repository) -> Vec<Gitignore> {
+fn host_ignores(repo: &Repository) -> (Vec<Gitignore>, [u8; 20]) {
     let mut files: Vec<PathBuf> = vec![repo.commondir().join("info/exclude")];
     if let Some(path) = repo.config().ok().and_then(|c| c.get_path("core.excludesFile").ok()) {
         files.push(path);
     }
-    files
-        .into_iter()
-        .filter(|f| f.is_file())
-        .map(|f| {
+    let mut digest = Sha1::new();
+    let mut rules = Vec::new();
+    for f in files {
+        super::dirty_memo::digest_file(&mut digest, &f);
+        if f.is_file() {
             let mut b = GitignoreBuilder::new("/");
             let _ = b.add(&f);
-            b.build().unwrap_or_else(|_| Gitignore::empty())
-        })
-        .collect()
+            rules.push(b.build().unwrap_or_else(|_| Gitignore::empty()));
+        }
+    }
+    (rules, digest.finalize().into())
 }
 
 /// A file forage already knows, and how.
@@ -238,6 +273,8 @@ struct Walk<'a> {
     jj: bool,
     how: Reading,
     out: WorktreeFiles,
+    /// What decided the result, when a memo of it is wanted.
+    observed: Option<Observed>,
 }
 
 impl Walk<'_> {
@@ -254,9 +291,14 @@ impl Walk<'_> {
                     self.skip(&sub.rel, format!("deeper than {MAX_DEPTH} directories"));
                     continue;
                 }
-                if let Some(Some(opened)) = self.readable(&sub.parent, &sub.name, &sub.rel, |d, n| d.dir(n))? {
-                    let own = self.ignore_rules(&opened, &sub.rel, &sub.ignores);
-                    stack.push((Rc::new(opened), sub.rel, Rc::new(own)));
+                match self.readable(&sub.parent, &sub.name, &sub.rel, |d, n| d.dir(n))? {
+                    Some(Some(opened)) => {
+                        let own = self.ignore_rules(&opened, &sub.rel, &sub.ignores);
+                        stack.push((Rc::new(opened), sub.rel, Rc::new(own)));
+                    }
+                    // Gone, or no longer a directory, since it was listed.
+                    Some(None) => self.lost(),
+                    None => {}
                 }
             }
         }
@@ -272,6 +314,18 @@ impl Walk<'_> {
             }
             other => other.map_err(err)?,
         };
+        if let Some(observed) = &mut self.observed {
+            match dir.stat() {
+                Ok(st) => observed.dir(prefix, &st),
+                Err(_) => observed.lost(),
+            }
+            // Its rules decided what was ignored, whatever the file itself is.
+            match dir.lstat(".gitignore") {
+                Ok(Some(st)) => observed.file(OsStr::new(".gitignore"), &st),
+                Ok(None) => {}
+                Err(_) => observed.lost(),
+            }
+        }
         let mut dirs = Vec::new();
         for (name, kind) in entries {
             if name == ".git" || (self.jj && name == ".jj") {
@@ -311,6 +365,21 @@ impl Walk<'_> {
     fn skip(&mut self, rel: &[u8], why: String) {
         self.out.skipped.push((String::from_utf8_lossy(rel).into_owned(), why));
         self.out.unseen.push(rel.to_vec());
+        self.lost();
+    }
+
+    /// Something the result depends on that has no stat data to record.
+    fn lost(&mut self) {
+        if let Some(observed) = &mut self.observed {
+            observed.lost();
+        }
+    }
+
+    /// The stat data a file's entry was decided by.
+    fn seen(&mut self, name: &OsStr, st: &FileStat) {
+        if let Some(observed) = &mut self.observed {
+            observed.file(name, st);
+        }
     }
 
     /// The rules that apply in `dir`: those above it, then its own `.gitignore`,
@@ -371,6 +440,12 @@ impl Walk<'_> {
 
     fn file(&mut self, dir: &Dir, name: &OsStr, rel: Vec<u8>, kind: Kind) -> Result<Option<FileEntry>> {
         if kind == Kind::Symlink {
+            if self.observed.is_some() {
+                match dir.lstat(name) {
+                    Ok(Some(st)) => self.seen(name, &st),
+                    _ => self.lost(),
+                }
+            }
             let target = dir.read_link(name).map_err(err)?;
             let id = self.blob(&mut target.as_bytes(), target.len() as u64)?;
             return Ok(Some(FileEntry { path: rel, mode: MODE_LINK, id }));
@@ -383,6 +458,7 @@ impl Walk<'_> {
                 if Kind::of(&st) == Kind::File {
                     let mode = if st.st_mode & 0o100 != 0 { MODE_EXEC } else { MODE_FILE };
                     if let Some(id) = self.unchanged(&rel, mode, &st) {
+                        self.seen(name, &st);
                         return Ok(Some(FileEntry { path: rel, mode, id }));
                     }
                 }
@@ -390,8 +466,10 @@ impl Walk<'_> {
         }
         // Gone or replaced since the listing: whatever it is now is not a file.
         let Some(Some((mut file, st))) = self.readable(dir, name, &rel, |d, n| d.open_file(n))? else {
+            self.lost();
             return Ok(None);
         };
+        self.seen(name, &st);
         let mode = if st.st_mode & 0o100 != 0 { MODE_EXEC } else { MODE_FILE };
         if let Some(id) = self.unchanged(&rel, mode, &st) {
             return Ok(Some(FileEntry { path: rel, mode, id }));

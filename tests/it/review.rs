@@ -362,3 +362,57 @@ fn jj_work_is_diffed_logged_and_landed_with_its_change_ids() {
     assert!(!jj(&repo, &["bookmark", "list"]).contains("forage/archive"), "down archived landed work");
     env.assert_nothing_left_but_archives();
 }
+
+/// `list` remembers each git sandbox's DIRTY count between runs (a memo in the
+/// sandbox's private directory, which no container mounts) and uses it only
+/// while nothing that decided it changed: every edit the agent makes shows at
+/// the next `list`, even one that keeps a file's size, an ignore rule, or a
+/// file put back exactly as it was. Checked against `git status` run inside.
+#[test]
+fn list_remembers_dirty_counts_only_while_nothing_changed() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-memo");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let memo = env.home.join("private").join(&name).join("dirty-memo");
+    let dirty = || {
+        let rows = env.json(&["list", "--json"]);
+        rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap()["dirty"].as_u64().unwrap()
+    };
+    let git_says = || {
+        let out = inside(&env, &name, "cd /workspace && git status --porcelain -uall | wc -l");
+        out.trim().parse::<u64>().unwrap()
+    };
+    // Only times older than a second are remembered (a change within the same
+    // clock tick could leave a file's stat data as it was).
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(1100));
+
+    settle();
+    assert_eq!(dirty(), 0);
+    assert!(memo.is_file(), "list made no memo of a settled worktree");
+    assert_eq!(dirty(), 0, "from the memo");
+    let out = inside(&env, &name, "find / -name dirty-memo 2>/dev/null | wc -l");
+    assert_eq!(out.trim(), "0", "the agent can reach the memo");
+
+    let steps: &[(&str, u64)] = &[
+        ("printf 'ORIGINAL\\n' > a.txt", 1),
+        ("printf 'original\\n' > a.txt", 0),
+        ("echo x > new.txt", 1),
+        ("echo x > debug.log", 1),
+        ("printf '*.log\\nnew.txt\\n' > .gitignore", 1),
+        ("mkdir -p sub/deeper && echo y > sub/deeper/z.txt", 2),
+        ("chmod +x a.txt", 3),
+        ("chmod -x a.txt && rm -r sub new.txt && printf '*.log\\n' > .gitignore", 0),
+    ];
+    for (step, expected) in steps {
+        inside(&env, &name, &format!("cd /workspace && {step}"));
+        assert_eq!(git_says(), *expected, "{step}: git inside disagrees with the test");
+        assert_eq!(dirty(), *expected, "{step}: right after");
+        settle();
+        assert_eq!(dirty(), *expected, "{step}: once settled");
+        assert_eq!(dirty(), *expected, "{step}: from the memo");
+    }
+
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
