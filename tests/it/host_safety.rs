@@ -205,6 +205,8 @@ fn gc_removes_an_empty_orphan_private_directory_and_leaves_one_holding_a_reposit
     let findings = env.json(&["gc", "--json"]);
     let text = findings.to_string();
     assert!(text.contains("private/emptyorphan") && text.contains("private/holding"), "{findings}");
+    let gc = env.ok(&["gc"]);
+    assert!(gc.contains("  would leave it alone (it holds a repository forage cannot trace back"), "{gc}");
     env.ok(&["gc", "--force"]);
     assert!(!env.home.join("private/emptyorphan").exists(), "an empty orphan goes");
     assert!(holding.join("HEAD").exists(), "one holding a repository forage cannot trace stays");
@@ -234,6 +236,24 @@ fn list_gc_and_down_all_get_past_a_corrupt_record_and_one_from_a_newer_forage() 
     let findings = env.json(&["gc", "--json"]);
     let unreadable = findings.as_array().unwrap().iter().filter(|f| f["kind"] == "unreadable-record").count();
     assert_eq!(unreadable, 2, "{findings}");
+    // Each said to be left alone, why, and what the user can do.
+    let gc = env.ok(&["gc"]);
+    let action = |record: &str| {
+        let mut lines = gc
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("unreadable-record: {}", sandboxes.join(record).display())));
+        lines.nth(1).unwrap_or_else(|| panic!("{record}: {gc}")).to_owned()
+    };
+    assert_eq!(
+        action("broken.json"),
+        "  would leave it alone (forage cannot tell what it describes); \
+        move it aside, and remove the sandbox's container (forage-broken) and workspace by hand"
+    );
+    assert_eq!(
+        action("future.json"),
+        "  would leave it alone (a newer forage wrote it); use the newer forage-ctl that made it"
+    );
+    assert!(!gc.contains("would nothing"), "{gc}");
     let err = env.fails(&["status", "future"], 1);
     assert!(err.contains("unsupported version") && err.contains("newer forage-ctl"), "{err}");
 
