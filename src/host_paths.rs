@@ -112,9 +112,18 @@ impl Guard {
         }
     }
 
-    /// Why `path` (canonical) must never reach a sandbox as `exposure`, if it must not.
+    /// Why `path` (canonical) must never reach a sandbox as `exposure`, if it
+    /// must not. The reason says nothing of a fix: what fixes it depends on
+    /// how the path was asked for (see `refused_only_writable`).
     pub fn refusal(&self, path: &Path, exposure: Exposure) -> Option<String> {
         refusal_among(path, self.forage_home.as_deref(), exposure, &self.sockets)
+    }
+
+    /// True when `path` is refused writable but would be allowed read-only
+    /// (a system directory): a template mount can then be made read-only,
+    /// while a workspace is refused all the same.
+    pub fn refused_only_writable(&self, path: &Path) -> bool {
+        self.refusal(path, Exposure::Writable).is_some() && self.refusal(path, Exposure::ReadOnly).is_none()
     }
 
     /// True when `path` is the user's home directory or holds it: mounted writable,
@@ -168,7 +177,7 @@ fn refusal_among(path: &Path, forage_home: Option<&Path>, exposure: Exposure, so
     if exposure == Exposure::Writable {
         if let Some(system) = SYSTEM_DIRS.iter().map(|d| resolved(Path::new(d))).find(|d| overlaps(path, d)) {
             return Some(format!(
-                "it {} {}, the system's own programs or configuration, which no agent may write (a read-only mount of what it needs there is fine)",
+                "it {} {}, the system's own programs or configuration, which no agent may write",
                 relation(path, &system),
                 system.display()
             ));
@@ -213,6 +222,8 @@ mod tests {
         assert!(refused(Path::new("/var")).unwrap().contains("holds"));
         let etc = resolved(Path::new("/etc"));
         assert!(refused(&etc).unwrap().contains("system's own"));
+        // The reason names no fix: a workspace there is refused read-only too.
+        assert!(!refused(&etc).unwrap().contains("read-only"));
         let certs = etc.join("ssl");
         assert!(refused(&certs).is_some(), "writable, inside /etc");
         assert_eq!(refusal_among(&certs, Some(&home), Exposure::ReadOnly, &sockets), None, "read-only is fine");

@@ -482,20 +482,25 @@ impl Problem {
 
 impl BadRecord {
     pub fn message(&self) -> String {
-        let fix = match self.problem {
+        format!(
+            "the record {} of sandbox {} is {} ({}); {}",
+            self.path.display(),
+            self.name,
+            self.problem.word(),
+            self.detail,
+            self.fix()
+        )
+    }
+
+    /// What the user can do about it (forage does nothing to such a record).
+    pub fn fix(&self) -> String {
+        match self.problem {
             Problem::UnsupportedVersion => "use the newer forage-ctl that made it".to_owned(),
             _ => format!(
                 "move it aside, and remove the sandbox's container (forage-{}) and workspace by hand",
                 self.name
             ),
-        };
-        format!(
-            "the record {} of sandbox {} is {} ({}); {fix}",
-            self.path.display(),
-            self.name,
-            self.problem.word(),
-            self.detail
-        )
+        }
     }
 }
 

@@ -10,7 +10,7 @@ pub struct CompletionsArgs {
 }
 
 pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<i32> {
-    ctx.no_json("completions")?;
+    ctx.no_json("completions", "prints a shell's completion script")?;
     clap_complete::generate(args.shell, &mut Cli::command(), "forage-ctl", &mut std::io::stdout());
     Ok(0)
 }
@@ -25,7 +25,7 @@ pub struct ManArgs {
 }
 
 pub fn man(ctx: &Ctx, args: ManArgs) -> Result<i32> {
-    ctx.no_json("man")?;
+    ctx.no_json("man", "prints or writes man pages")?;
     let Some(dir) = args.dir else {
         clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).map_err(Error::other)?;
         return Ok(0);

@@ -22,13 +22,13 @@ pub struct ExecArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: ExecArgs) -> Result<i32> {
-    ctx.no_json("exec")?;
+    ctx.no_json("exec", "passes the command's own output through")?;
     run_in(ctx, &args.name, args.command, args.interactive, args.tty).await
 }
 
 /// A login-like shell: bash when the image has it, else sh.
 pub async fn shell(ctx: &Ctx, args: NameArg) -> Result<i32> {
-    ctx.no_json("shell")?;
+    ctx.no_json("shell", "streams the container's terminal")?;
     let cmd = ["sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash; else exec sh; fi"];
     run_in(ctx, &args.name, cmd.map(String::from).to_vec(), true, std::io::stdin().is_terminal()).await
 }

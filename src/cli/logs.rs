@@ -16,7 +16,7 @@ pub struct LogsArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<i32> {
-    ctx.no_json("logs")?;
+    ctx.no_json("logs", "prints the agent's output as it is")?;
     let engine = ctx.engine().await?;
     let record = engine.record(&args.name)?;
     terminal::pump_output(engine.logs(&record, args.follow, args.tail)).await?;

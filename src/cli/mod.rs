@@ -165,10 +165,12 @@ impl Ctx {
         }
     }
 
-    /// Refuses `--json` for a command that reports nothing (it streams).
-    fn no_json(&self, command: &str) -> Result<()> {
+    /// Refuses `--json` for a command whose output is not a report: `does`
+    /// says what it prints instead (`streams the agent's terminal`), so that
+    /// the refusal is true of each command.
+    fn no_json(&self, command: &str, does: &str) -> Result<()> {
         if self.out.json_wanted() {
-            return Err(Error::usage(format!("`{command}` streams the container's terminal; it has no --json output")));
+            return Err(Error::usage(format!("`{command}` {does}; it has no --json output")));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ use super::{Engine, Teardown};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::Runtime;
-use crate::store::{Record, RecordState, RECORD_VERSION};
+use crate::store::{BadRecord, Problem, Record, RecordState, RECORD_VERSION};
 use crate::template::DEFAULT_TEMPLATE;
 use crate::workspace::untrusted::remove_created_dir;
 use crate::workspace::WorkspaceRecord;
@@ -84,7 +84,7 @@ impl Finding {
 /// container look like an orphan a moment later).
 struct Seen {
     records: Vec<Record>,
-    bad: Vec<crate::store::BadRecord>,
+    bad: Vec<BadRecord>,
     containers: Vec<crate::runtime::ContainerSummary>,
 }
 
@@ -98,18 +98,7 @@ impl<R: Runtime> Engine<R> {
     pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
         let (records, bad) = self.home.load_all()?;
         let seen = Seen { records, bad, containers: self.runtime.list(&self.home.label()).await? };
-        let mut findings: Vec<Finding> = seen
-            .bad
-            .iter()
-            .map(|b| {
-                Finding::new(
-                    Kind::UnreadableRecord,
-                    b.path.display().to_string(),
-                    format!("{}: {}", b.problem.word(), b.detail),
-                    "nothing: forage cannot tell what it describes; inspect it and move it aside by hand",
-                )
-            })
-            .collect();
+        let mut findings: Vec<Finding> = seen.bad.iter().map(unreadable_record).collect();
         findings.extend(self.broken_sandboxes(&seen, force).await?);
         findings.extend(self.orphan_containers(&seen, force).await?);
         findings.extend(self.orphan_workspaces(&seen, force).await?);
@@ -233,7 +222,7 @@ impl<R: Runtime> Engine<R> {
             }
             Some(ws) => format!("archive its work, then remove its {} workspace", ws.mode()),
             None if holds_repo => {
-                "nothing: it holds a repository forage cannot trace back (made by an older or another forage?); inspect it and remove it by hand".into()
+                "leave it alone (it holds a repository forage cannot trace back, made by an older or another forage?); inspect it and remove it by hand".into()
             }
             None => "remove it (it holds no repository, so no history)".into(),
         };
@@ -257,6 +246,22 @@ impl<R: Runtime> Engine<R> {
             }
         }
     }
+}
+
+/// A record forage cannot read. `gc` leaves it alone, as `--force` does too:
+/// what it describes is unknown, so nothing of it can be removed safely. The
+/// action is worded to follow "would" in a dry run, like every other one.
+fn unreadable_record(bad: &BadRecord) -> Finding {
+    let why_alone = match bad.problem {
+        Problem::UnsupportedVersion => "a newer forage wrote it",
+        _ => "forage cannot tell what it describes",
+    };
+    Finding::new(
+        Kind::UnreadableRecord,
+        bad.path.display().to_string(),
+        format!("{}: {}", bad.problem.word(), bad.detail),
+        format!("leave it alone ({why_alone}); {}", bad.fix()),
+    )
 }
 
 /// A record for a workspace whose own is gone, from what its sidecar says `up`

@@ -149,10 +149,18 @@ fn template_mounts(
         })?;
         let exposure = if m.read_only { Exposure::ReadOnly } else { Exposure::Writable };
         if let Some(why) = guard.refusal(&source, exposure) {
+            let (what, fix) = if guard.refused_only_writable(&source) {
+                // A system directory may be mounted read-only (CA certificates, say).
+                (
+                    format!("{} writable", source.display()),
+                    "add `read_only: true` to the mount if the agent only reads it, or remove the mount from the template",
+                )
+            } else {
+                (source.display().to_string(), "remove the mount from the template")
+            };
             return Err(Error::usage(format!(
-                "template {} mounts {}, which forage never hands an agent: {why}; remove the mount from the template",
-                template.name,
-                source.display()
+                "template {} mounts {what}, which forage never hands an agent: {why}; {fix}",
+                template.name
             )));
         }
         if guard.exposes_user_home(&source) && !options.allow_home {

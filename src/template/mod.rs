@@ -150,12 +150,17 @@ impl Templates {
                 builtin_dockerfile: b.dockerfile,
             });
         }
+        Err(self.not_found(name))
+    }
+
+    /// `name` is no template: where forage looked, and the closest name if one
+    /// is close. The suggestion leads the hint, so that nothing stands between
+    /// the message and it when there is none.
+    fn not_found(&self, name: &str) -> Error {
+        let searched = self.search_path.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
         let suggestion = closest(name, &self.names()).map(|n| format!("did you mean {n:?}? ")).unwrap_or_default();
-        Err(Error::not_found(format!(
-            "template {name:?} not found; {suggestion}(searched {} and the built-ins)",
-            self.search_path.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        ))
-        .hint_run("{command} lists the available ones", ["templates"]))
+        Error::not_found(format!("template {name:?} not found (searched {searched} and the built-ins)"))
+            .hint_run(format!("{suggestion}{{command}} lists the available ones"), ["templates"])
     }
 
     /// Every template visible on the search path, shadowed ones omitted.
@@ -261,6 +266,28 @@ mod tests {
         let err =
             parse("image: x\nagent: {command: [sh]}\nresources: {pids: many}\n", "t.yaml").unwrap_err().to_string();
         assert!(err.starts_with("t.yaml:3:"), "{err}");
+    }
+
+    #[test]
+    fn a_template_not_found_says_where_forage_looked_and_the_closest_name_once() {
+        let templates = Templates { search_path: vec![PathBuf::from("/t1"), PathBuf::from("/t2")] };
+        let shown = |e: &Error| {
+            let hints: Vec<String> = e.hints().iter().map(|h| h.render(|_| "`forage-ctl templates`".into())).collect();
+            format!("{e}; {}", hints.join("; "))
+        };
+        let far = templates.resolve("kubernetes").unwrap_err();
+        assert_eq!(far.exit_code(), 3);
+        assert_eq!(
+            shown(&far),
+            "template \"kubernetes\" not found (searched /t1, /t2 and the built-ins); \
+            `forage-ctl templates` lists the available ones"
+        );
+        let near = templates.resolve("claude-code").unwrap_err();
+        assert_eq!(
+            shown(&near),
+            "template \"claude-code\" not found (searched /t1, /t2 and the built-ins); \
+            did you mean \"claude\"? `forage-ctl templates` lists the available ones"
+        );
     }
 
     #[test]

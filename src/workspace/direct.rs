@@ -40,9 +40,12 @@ impl DirectWorkspace {
         let canonical = raw
             .canonicalize()
             .map_err(|e| Error::workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
+        // Checked as writable also for --read-only: a system directory is no
+        // project, and read-only is for a template mount of what the agent reads.
         if let Some(why) = guard.refusal(&canonical, Exposure::Writable) {
+            let even = if guard.refused_only_writable(&canonical) { ", even read-only" } else { "" };
             return Err(Error::usage(format!(
-                "refusing to mount {} as a workspace: {why}; pass a project directory",
+                "refusing to mount {} as a workspace{even}: {why}; pass a project directory",
                 canonical.display()
             )));
         }

@@ -9,7 +9,8 @@
 //! tree of its files as they are now); this module diffs, lists and lands it
 //! with git2, the same way for both modes.
 
-use std::path::PathBuf;
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
 
 use git2::{DiffFindOptions, DiffOptions, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
@@ -504,19 +505,62 @@ pub fn apply_to_workdir(checkout: &Repository, old: Oid, new: Oid, what: &str, h
         .filter_map(|d| d.new_file().path_bytes().or(d.old_file().path_bytes()))
         .map(|p| String::from_utf8_lossy(p).into_owned())
         .collect();
+    let refused = |why: &str| {
+        Error::conflict(format!(
+            "the agent's change does not apply cleanly to your {what} ({why}); nothing was changed"
+        ))
+    };
     let mut check = git2::ApplyOptions::new();
     check.check(true);
-    checkout.apply(&diff, git2::ApplyLocation::WorkDir, Some(&mut check)).map_err(|e| {
-        Error::conflict(format!(
-            "the agent's change does not apply cleanly to your {what} ({}); nothing was changed",
-            e.message()
-        ))
-        .hint(hint.to_owned())
-    })?;
     checkout
-        .apply(&diff, git2::ApplyLocation::WorkDir, None)
-        .map_err(|e| Error::workspace(format!("applying the work: {e}")))?;
+        .apply(&diff, git2::ApplyLocation::WorkDir, Some(&mut check))
+        .map_err(|e| refused(e.message()).hint(hint.to_owned()))?;
+    let workdir = checkout.workdir().ok_or_else(|| err("the repository has no working directory"))?;
+    let blocking = in_the_way(workdir, &diff);
+    if !blocking.is_empty() {
+        let (verb, them) = if blocking.len() == 1 { ("is", "it") } else { ("are", "them") };
+        return Err(refused(&format!("{} {verb} in the way of what it adds", blocking.join(", ")))
+            .hint(format!("move {them} aside first, then apply again")));
+    }
+    checkout.apply(&diff, git2::ApplyLocation::WorkDir, None).map_err(|e| {
+        // libgit2 finds a checkout's conflicts before it writes anything, so
+        // one it finds that `in_the_way` missed has still changed nothing.
+        if e.code() == git2::ErrorCode::Conflict {
+            refused(e.message()).hint("move the files in the way aside first, then apply again")
+        } else {
+            Error::workspace(format!("applying the work: {e}"))
+        }
+    })?;
     Ok(paths)
+}
+
+/// What stands in `workdir` where `diff` adds a file: anything at that path,
+/// or a non-directory at one of its parents that the diff does not delete.
+/// libgit2's check pass reads only the files a diff changes, so without this
+/// an untracked file there fails the apply later, in libgit2's words, and an
+/// ignored one (a `.env`, say) is overwritten without a word; like
+/// `git apply`, anything already there is refused instead.
+fn in_the_way(workdir: &Path, diff: &git2::Diff<'_>) -> Vec<String> {
+    use git2::Delta;
+    let deleted: HashSet<&Path> =
+        diff.deltas().filter(|d| d.status() == Delta::Deleted).filter_map(|d| d.old_file().path()).collect();
+    let added = diff
+        .deltas()
+        .filter(|d| matches!(d.status(), Delta::Added | Delta::Renamed | Delta::Copied))
+        .filter_map(|d| d.new_file().path());
+    let mut blocking = BTreeSet::new();
+    for path in added {
+        let parents = path.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty() && !deleted.contains(a));
+        for parent in parents {
+            if std::fs::symlink_metadata(workdir.join(parent)).is_ok_and(|m| !m.is_dir()) {
+                blocking.insert(parent.display().to_string());
+            }
+        }
+        if std::fs::symlink_metadata(workdir.join(path)).is_ok() {
+            blocking.insert(path.display().to_string());
+        }
+    }
+    blocking.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -598,6 +642,26 @@ mod tests {
             assert_eq!(e.exit_code(), 4, "{how:?}: {e}");
             assert!(e.to_string().contains("conflicts") && e.to_string().contains(" a"), "{e}");
         }
+    }
+
+    #[test]
+    fn what_stands_where_a_change_adds_files_is_in_the_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let old = commit(&repo, None, &[("a", "file\n")], "old");
+        let new = commit(&repo, None, &[("a/b", "b\n"), ("c/d", "d\n"), ("e", "e\n")], "new");
+        let (old, new) =
+            (repo.find_commit(old).unwrap().tree().unwrap(), repo.find_commit(new).unwrap().tree().unwrap());
+        let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).unwrap();
+        let top = dir.path();
+        // The file a the change deletes is not in the way of its a/b.
+        std::fs::write(top.join("a"), "file\n").unwrap();
+        assert_eq!(in_the_way(top, &diff), Vec::<String>::new());
+        // A symlink where it adds a directory is, and so is any file it adds.
+        std::fs::create_dir(top.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink("elsewhere", top.join("c")).unwrap();
+        std::fs::write(top.join("e"), "mine\n").unwrap();
+        assert_eq!(in_the_way(top, &diff), ["c", "e"]);
     }
 
     #[test]

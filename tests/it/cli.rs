@@ -26,3 +26,24 @@ fn completions_and_man_page() {
     assert!(man.contains(".TH forage-ctl"), "{}", &man[..200.min(man.len())]);
     env.fails(&["completions", "tcsh"], 2);
 }
+
+#[test]
+fn json_is_refused_in_words_true_of_each_command() {
+    let env = Env::new();
+    let cases: [(&[&str], &str); 6] = [
+        (&["man"], "`man` prints or writes man pages"),
+        (&["completions", "bash"], "`completions` prints a shell's completion script"),
+        (&["exec", "x", "--", "true"], "`exec` passes the command's own output through"),
+        (&["shell", "x"], "`shell` streams the container's terminal"),
+        (&["attach", "x"], "`attach` streams the agent's terminal"),
+        (&["logs", "x"], "`logs` prints the agent's output as it is"),
+    ];
+    for (args, says) in cases {
+        let args: Vec<&str> = ["--json"].into_iter().chain(args.iter().copied()).collect();
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(out.stdout.is_empty(), "{args:?}: {}", describe(&out));
+        let err: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+        assert_eq!(err["error"]["message"], format!("{says}; it has no --json output"), "{args:?}");
+    }
+}

@@ -83,6 +83,8 @@ fn a_missing_template_or_image_exits_3_and_creates_nothing() {
     let ws = env.mkdir("ws");
     let stderr = env.fails(&["up", "t", "-t", "no-such-template", "--workspace", ws.to_str().unwrap()], 3);
     assert!(stderr.contains("no-such-template") && stderr.contains("forage-ctl templates"), "{stderr}");
+    // With no close name, nothing is left of the suggestion's place.
+    assert!(stderr.contains("not found (searched ") && !stderr.contains("; (") && !stderr.contains("; ;"), "{stderr}");
     let stderr = env.fails(&["up", "t", "--image", "forage-test/absent:1", "--workspace", ws.to_str().unwrap()], 3);
     assert!(stderr.contains("forage-test/absent:1"), "{stderr}");
     env.assert_nothing_left();

@@ -93,6 +93,46 @@ fn dangerous_workspaces_and_mounts_are_refused_with_exit_2_and_create_nothing() 
     env.ok(&["down", "homely"]);
 }
 
+#[test]
+fn a_system_directory_is_no_workspace_even_read_only_but_a_template_may_mount_it_read_only() {
+    let env = Env::new();
+    // The workspace: refused with and without --read-only, and the message
+    // says so rather than suggesting read-only.
+    for extra in [&[][..], &["--read-only"][..]] {
+        let args: Vec<&str> = ["up", "sys", "--workspace", "/etc"].into_iter().chain(extra.iter().copied()).collect();
+        let stderr = env.fails(&args, 2);
+        assert!(stderr.contains("refusing to mount /etc as a workspace, even read-only: it is /etc"), "{stderr}");
+        assert!(stderr.contains("pass a project directory") && !stderr.contains("is fine"), "{stderr}");
+    }
+    // A template mount: writable is refused with the read-only way out;
+    // read-only gets past the mount checks (to the missing image, exit 3).
+    let tpl = env.path("tpl");
+    let ws = env.mkdir("ws");
+    for (name, read_only, code) in [("etcrw", false, 2), ("etcro", true, 3)] {
+        crate::templates::write(
+            &tpl.join(format!("{name}.yaml")),
+            &format!(
+                "image: forage-test/absent:1\nagent: {{command: [sh]}}\n\
+                mounts: [{{source: /etc, target: /host-etc, read_only: {read_only}}}]\n"
+            ),
+        );
+        let out = env
+            .cmd(&["up", name, "-t", name, "--workspace", ws.to_str().unwrap()])
+            .env("FORAGE_TEMPLATES_PATH", &tpl)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{name}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if read_only {
+            assert!(stderr.contains("forage-test/absent:1"), "{stderr}");
+        } else {
+            assert!(stderr.contains(&format!("template {name} mounts /etc writable")), "{stderr}");
+            assert!(stderr.contains("add `read_only: true` to the mount"), "{stderr}");
+        }
+    }
+    env.assert_nothing_left();
+}
+
 /// Writes a record as an attacker with access to FORAGE_HOME would: `base` with
 /// the given fields changed.
 fn forge(env: &Env, base: &serde_json::Value, name: &str, change: impl Fn(&mut serde_json::Value)) {
@@ -205,6 +245,8 @@ fn gc_removes_an_empty_orphan_private_directory_and_leaves_one_holding_a_reposit
     let findings = env.json(&["gc", "--json"]);
     let text = findings.to_string();
     assert!(text.contains("private/emptyorphan") && text.contains("private/holding"), "{findings}");
+    let gc = env.ok(&["gc"]);
+    assert!(gc.contains("  would leave it alone (it holds a repository forage cannot trace back"), "{gc}");
     env.ok(&["gc", "--force"]);
     assert!(!env.home.join("private/emptyorphan").exists(), "an empty orphan goes");
     assert!(holding.join("HEAD").exists(), "one holding a repository forage cannot trace stays");
@@ -234,6 +276,24 @@ fn list_gc_and_down_all_get_past_a_corrupt_record_and_one_from_a_newer_forage() 
     let findings = env.json(&["gc", "--json"]);
     let unreadable = findings.as_array().unwrap().iter().filter(|f| f["kind"] == "unreadable-record").count();
     assert_eq!(unreadable, 2, "{findings}");
+    // Each said to be left alone, why, and what the user can do.
+    let gc = env.ok(&["gc"]);
+    let action = |record: &str| {
+        let mut lines = gc
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("unreadable-record: {}", sandboxes.join(record).display())));
+        lines.nth(1).unwrap_or_else(|| panic!("{record}: {gc}")).to_owned()
+    };
+    assert_eq!(
+        action("broken.json"),
+        "  would leave it alone (forage cannot tell what it describes); \
+        move it aside, and remove the sandbox's container (forage-broken) and workspace by hand"
+    );
+    assert_eq!(
+        action("future.json"),
+        "  would leave it alone (a newer forage wrote it); use the newer forage-ctl that made it"
+    );
+    assert!(!gc.contains("would nothing"), "{gc}");
     let err = env.fails(&["status", "future"], 1);
     assert!(err.contains("unsupported version") && err.contains("newer forage-ctl"), "{err}");
 

@@ -215,6 +215,47 @@ fn apply_leaves_the_work_uncommitted_and_diff_compares_two_sandboxes() {
     env.assert_nothing_left_but_archives();
 }
 
+/// Files of `dir` (not its `.git`): what a refused command must leave as it was.
+fn checkout_files(dir: &Path) -> Snapshot {
+    snapshot(dir).into_iter().filter(|(p, ..)| !p.starts_with(".git")).collect()
+}
+
+#[test]
+fn apply_refuses_files_in_the_way_of_the_ones_it_adds_and_changes_nothing() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-in-way");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    inside(
+        &env,
+        &name,
+        "cd /workspace && echo agent > fa.txt && mkdir d && echo agent > d/f.txt && echo agent > secret.env \
+        && git add . && git commit -qm a && echo changed > a.txt",
+    );
+    // Each of: an untracked file where the work adds one, an ignored one (the
+    // user's own exclude, which the agent's repository does not share), and an
+    // untracked file where the work adds a directory.
+    for (path, setup) in [("fa.txt", None), ("secret.env", Some("secret.env\n")), ("d", None)] {
+        if let Some(exclude) = setup {
+            std::fs::write(repo.join(".git/info/exclude"), exclude).unwrap();
+        }
+        std::fs::write(repo.join(path), "mine\n").unwrap();
+        let (files, status) = (checkout_files(&repo), git(&repo, &["status", "--porcelain", "--ignored"]));
+        let err = env.fails(&["apply", &name], 4);
+        assert!(err.contains("does not apply cleanly") && err.contains("nothing was changed"), "{err}");
+        assert!(err.contains(&format!("{path} is in the way")), "{path}: {err}");
+        assert_eq!(checkout_files(&repo), files, "{path}: apply changed the checkout");
+        assert_eq!(git(&repo, &["status", "--porcelain", "--ignored"]), status, "{path}");
+        assert_eq!(std::fs::read_to_string(repo.join(path)).unwrap(), "mine\n");
+        std::fs::remove_file(repo.join(path)).unwrap();
+    }
+    // Out of the way, it applies.
+    env.ok(&["apply", &name]);
+    assert_eq!(std::fs::read_to_string(repo.join("fa.txt")).unwrap(), "agent\n");
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
+
 /// Makes the archives of `name` in the index look `days` days old.
 fn age_archives(env: &Env, name: &str, days: u64) {
     let path = env.home.join("archives").join(format!("{name}.json"));
