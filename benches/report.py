@@ -36,7 +36,7 @@ def main():
     lists = sorted(
         int(f[len("list-"):-len(".json")])
         for f in os.listdir(a.results)
-        if f.startswith("list-") and not f.startswith("list-running-") and f.endswith(".json")
+        if f.startswith("list-") and not f.startswith(("list-running-", "list-cold-")) and f.endswith(".json")
     )
     rows = [
         ("cycle", "up + down cycle, git-worktree (`up` then `down --discard`)", "≤ 1.0×", 1.0),
@@ -51,6 +51,11 @@ def main():
     rows += [
         (f"list-{n}", f"`list` with {n} git-worktree sandboxes ({min(a.list_running, n)} running) vs `docker ps -a --filter label=forage.home=…`", "≤ 1.0×", 1.0)
         for n in lists
+    ]
+    cold = sorted(int(f[len("list-cold-"):-len(".json")]) for f in os.listdir(a.results) if f.startswith("list-cold-"))
+    rows += [
+        (f"list-cold-{n}", f"`list` with {n} git-worktree sandboxes ({min(a.list_running, n)} running), none remembered (every worktree walked), vs `docker ps -a --filter …`", "", None)
+        for n in cold
     ]
     rows += [
         (f"list-running-{n}", f"`list` with {n} git-worktree sandboxes, all running, vs `docker ps -a --filter …`", "", None)
@@ -140,8 +145,15 @@ def main():
         "  files all there. The all-running row shows what the idle status costs when every",
         "  agent runs: the engine answers one request per agent, and `list` has no goal for",
         "  it; `forage-ctl -q list` (names only) makes no such requests and counts nothing.",
-        "  Beyond `docker ps`, most of what `list` spends is the DIRTY column: a stat of",
-        "  every file of every sandbox's worktree, so it grows with the sandboxes' size.",
+        "  Beyond `docker ps`, most of what `list` spends is the DIRTY column. `list`",
+        "  remembers each count with the stat data of every directory and file that",
+        "  decided it (`FORAGE_HOME/private/NAME/dirty-memo`) and trusts it only while all",
+        "  are unchanged: a remembered sandbox costs one `fstatat` per file and no",
+        "  directory listing, index read or tree comparison, and a worktree changed since",
+        "  is walked again. The timed rows run with the memos of the warm-up runs; the",
+        "  \"none remembered\" row deletes every memo before each run, as if every",
+        "  worktree had changed, and has no goal. Either way it grows with the",
+        "  sandboxes' size: a stat of every file of every worktree.",
         "- **The large-repository row** is dominated by creating the files: on this",
         "  machine's disk both git2 and the git CLI spend almost all of it in the kernel,",
         "  and it varies by about 10% between runs with only a few runs.",

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -13,6 +13,7 @@ use crate::names::SandboxName;
 use crate::record::{Record, RecordState};
 use crate::runtime::{ContainerDetails, ContainerState, ContainerSummary, Runtime};
 use crate::store::Problem;
+use crate::workspace::dirty_memo::Memo;
 use crate::workspace::{AtStake, Mode, Synced, WorkCounts, WorkspaceStatus};
 
 /// Where a sandbox stands, as `list` and `status` show it: its container's
@@ -186,8 +187,12 @@ impl<R: Runtime> Engine<R> {
             let idle = if detailed { self.idle_agents(&records, &containers).await } else { HashSet::new() };
             Ok::<_, Error>((containers, idle))
         };
-        let (listed, mut counts) = tokio::join!(listing, counts_of(workspaces, &self.home));
+        let (listed, (mut counts, memos)) = tokio::join!(listing, counts_of(workspaces));
         let (containers, idle) = listed?;
+        // Only once the engine answered: a `list` that fails changes nothing.
+        for (name, private, memo) in memos {
+            save_memo(&self.home, &name, &private, &memo);
+        }
         counts.resize(records.len(), None);
         let mut by_sandbox: HashMap<String, ContainerSummary> =
             containers.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
@@ -339,10 +344,10 @@ impl<R: Runtime> Engine<R> {
 
 /// Every workspace's counts, in order, on the blocking pool: one lane per
 /// core, each taking its share of the sandboxes.
+/// Also returns the memos of the counts that were not remembered (`dirty_memo`).
 async fn counts_of(
     workspaces: Vec<(SandboxName, crate::workspace::WorkspaceRecord)>,
-    home: &crate::store::Home,
-) -> Vec<Option<WorkCounts>> {
+) -> (Vec<Option<WorkCounts>>, Vec<(SandboxName, PathBuf, Memo)>) {
     let total = workspaces.len();
     // Sandboxes of one repository next to each other, so that a lane opens
     // each repository once (`Counting`); the counts are put back in order after.
@@ -357,32 +362,34 @@ async fn counts_of(
         chunks.push(std::mem::replace(&mut order, tail));
     }
     let tasks = chunks.into_iter().map(|chunk| {
-        let home = home.clone();
         tokio::task::spawn_blocking(move || {
             let mut shared = crate::workspace::Counting::default();
             let mut counted = Vec::with_capacity(chunk.len());
-            for (i, (name, w)) in &chunk {
-                counted.push((*i, w.get().counts(&mut shared)));
-                for (private, memo) in shared.take_memos() {
-                    save_memo(&home, name, &private, &memo);
-                }
+            let mut memos = Vec::new();
+            for (i, (name, w)) in chunk {
+                counted.push((i, w.get().counts(&mut shared)));
+                memos.extend(shared.take_memos().into_iter().map(|(private, memo)| (name.clone(), private, memo)));
             }
-            counted
+            (counted, memos)
         })
     });
     let mut counts = vec![None; total];
+    let mut memos = Vec::new();
     // A lane that panicked leaves its sandboxes uncounted (`-`), no others.
-    for (i, c) in futures_util::future::join_all(tasks).await.into_iter().flat_map(|r| r.unwrap_or_default()) {
-        counts[i] = c;
+    for (counted, made) in futures_util::future::join_all(tasks).await.into_iter().flatten() {
+        for (i, c) in counted {
+            counts[i] = c;
+        }
+        memos.extend(made);
     }
-    counts
+    (counts, memos)
 }
 
 /// Saves a memo of sandbox `name`'s DIRTY count for the next `list`: only while
 /// no `up` or `down` holds the sandbox and its record is still there, so that
 /// it never lands in a private directory being removed. A memo not saved only
 /// costs the next `list` a walk.
-fn save_memo(home: &crate::store::Home, name: &SandboxName, private: &Path, memo: &crate::workspace::dirty_memo::Memo) {
+fn save_memo(home: &crate::store::Home, name: &SandboxName, private: &Path, memo: &Memo) {
     let Ok(Some(_lock)) = home.try_lock_sandbox(name) else { return };
     // Only where forage keeps this sandbox's private files, whatever a record says.
     if private == home.private_dir_of(name) && home.record_path(name).exists() && private.is_dir() {
