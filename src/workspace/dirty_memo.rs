@@ -181,7 +181,7 @@ impl Memo {
                 None => return Ok(false),
                 Some((above, dir)) => {
                     let rest = if above.is_empty() { &seen.rel[..] } else { &seen.rel[above.len() + 1..] };
-                    match open_below(dir, rest)? {
+                    match dir.dir_path(OsStr::from_bytes(rest))? {
                         Some(d) => d,
                         None => return Ok(false),
                     }
@@ -200,21 +200,6 @@ impl Memo {
         }
         Ok(!self.dirs.is_empty())
     }
-}
-
-/// The directory at `rel` (`/`-separated bytes) below `dir`, one component at
-/// a time, never through a symlink; `None` if any is not a directory now.
-fn open_below(dir: &Dir, rel: &[u8]) -> std::io::Result<Option<Dir>> {
-    let mut parts = rel.split(|b| *b == b'/');
-    let Some(first) = parts.next() else { return Ok(None) };
-    let Some(mut at) = dir.dir(OsStr::from_bytes(first))? else { return Ok(None) };
-    for part in parts {
-        match at.dir(OsStr::from_bytes(part))? {
-            Some(d) => at = d,
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(at))
 }
 
 /// Whether `rel` is strictly below `above` (the top, `""`, holds everything).

@@ -93,9 +93,10 @@ impl Dir {
         }
     }
 
-    /// Follows a `/`-separated relative path of plain directories.
-    pub fn dir_path(&self, rel: &str) -> io::Result<Option<Dir>> {
-        let mut parts = rel.split('/').filter(|p| !p.is_empty());
+    /// Follows a `/`-separated relative path of plain directories (any bytes
+    /// but `/` in a name).
+    pub fn dir_path(&self, rel: impl AsRef<OsStr>) -> io::Result<Option<Dir>> {
+        let mut parts = rel.as_ref().as_bytes().split(|b| *b == b'/').filter(|p| !p.is_empty()).map(OsStr::from_bytes);
         let Some(first) = parts.next() else { return self.dir(".") };
         let mut at = match self.dir(first)? {
             Some(d) => d,

@@ -172,7 +172,7 @@ fn walk(
     let mut walk = Walk {
         repo,
         root: root.to_path_buf(),
-        ignores: rules.0.clone(),
+        ignores: rules.rules.clone(),
         tracked,
         tracked_dirs,
         since,
@@ -192,18 +192,21 @@ fn stage(e: &IndexEntry) -> u16 {
 
 /// The host's own ignore rules: the repository's `info/exclude` and the user's
 /// `core.excludesFile` (trusted files, read as git reads them).
-pub struct HostRules(Vec<Gitignore>, [u8; 20]);
+pub struct HostRules {
+    rules: Vec<Gitignore>,
+    /// A digest of which files the rules came from and their stat data.
+    digest: [u8; 20],
+}
 
 impl HostRules {
     pub fn of(repo: &Repository) -> HostRules {
         let (rules, digest) = host_ignores(repo);
-        HostRules(rules, digest)
+        HostRules { rules, digest }
     }
 
-    /// A digest of which files the rules came from and their stat data: it
-    /// changes whenever the rules may have.
+    /// Changes whenever the rules may have (`dirty_memo`'s key).
     pub fn digest(&self) -> [u8; 20] {
-        self.1
+        self.digest
     }
 }
 

@@ -536,7 +536,7 @@ impl JjWorkspace {
     fn import(&self, host: &Repository, tips: &[Oid], owned: &ownership::Owned) -> Result<import::Imported> {
         let private = self.private.as_ref().ok_or_else(|| ws_err("no private repository"))?;
         let objects = Dir::open(private)
-            .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
+            .and_then(|d| d.dir_path(format!("jj/{STORE_GIT}/objects")))
             .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
         let staging = private.join("import");
         let found = import::look(host, objects.as_ref(), &staging, tips)?;
@@ -755,7 +755,7 @@ impl JjWorkspace {
         let tips: Vec<Oid> = if work.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
         let work: Vec<Oid> = work.into_iter().filter(|id| !super::review::held_by(&host, *id, &tips)).collect();
         let objects = Dir::open(private)
-            .and_then(|d| d.dir_path(&format!("jj/{STORE_GIT}/objects")))
+            .and_then(|d| d.dir_path(format!("jj/{STORE_GIT}/objects")))
             .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
         let unsynced = import::look(&host, objects.as_ref(), &private.join("import"), &work)?;
         let summaries: HashMap<Oid, String> = unsynced.commits.into_iter().collect();
