@@ -225,7 +225,7 @@ impl Runtime for Docker {
             mounts: Some(spec.mounts.iter().map(docker_mount).collect()),
             init: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(vec!["no-new-privileges".into(), format!("seccomp={}", super::seccomp::profile())]),
             privileged: Some(false),
             memory: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),

@@ -4,6 +4,7 @@
 
 pub mod docker;
 pub mod image;
+pub mod seccomp;
 pub mod session;
 
 use std::collections::HashMap;
