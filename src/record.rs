@@ -28,6 +28,9 @@ pub enum Step {
     JjWorkspace,
     /// FORAGE_HOME/private/<name>: the agent's private repository.
     PrivateRepo,
+    /// FORAGE_HOME/secrets/<name>: forage's copies of the `--secret` files,
+    /// which the container mounts (never the files they were read from).
+    Secrets,
     /// A container named `name` (created, maybe started).
     Container { name: String },
 }
@@ -50,7 +53,7 @@ impl Step {
             Step::GitWorktree => Some(Part::GitWorktree),
             Step::PrivateRepo => Some(Part::PrivateRepo),
             Step::JjWorkspace => Some(Part::JjRepository),
-            Step::Container { .. } => None,
+            Step::Secrets | Step::Container { .. } => None,
         }
     }
 
@@ -61,6 +64,7 @@ impl Step {
             Step::GitWorktree => "git-worktree",
             Step::PrivateRepo => "private-repo",
             Step::JjWorkspace => "jj-workspace",
+            Step::Secrets => "secrets",
             Step::Container { .. } => "container",
         }
     }
@@ -91,13 +95,15 @@ pub struct UpOptions {
     /// Arguments after `--`, appended to the template's agent command.
     #[serde(default)]
     pub agent_args: Vec<String>,
-    /// `--secret NAME=FILE`, each file checked readable. Only the paths are kept.
+    /// `--secret NAME=FILE`: where each value was read from at `up` (forage
+    /// copied it then, and mounts the copy). Only the paths are kept.
     #[serde(default)]
     pub secrets: Vec<SecretFile>,
 }
 
 /// A secret given on the command line: a name and the file holding its value.
-/// forage never reads the value; it mounts the file.
+/// forage copies the file once, at `up`, into FORAGE_HOME (mode 0600) and
+/// mounts the copy; it never reads the value otherwise, nor the file again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecretFile {
     pub name: String,
@@ -138,6 +144,11 @@ pub struct Record {
     pub options: UpOptions,
     /// Effects begun by `up`, in order; undone in reverse by rollback and `down`.
     pub journal: Vec<Step>,
+    /// Every host path the container mounts, as the object it was when forage
+    /// checked it: proved unchanged before every start. Empty in records of an
+    /// older forage (pinned at their next start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<crate::host_paths::pin::Pin>,
 }
 
 fn git_mode() -> Mode {

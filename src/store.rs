@@ -82,6 +82,22 @@ impl Home {
         self.root.join("private")
     }
 
+    /// FORAGE_HOME/secrets: forage's copies of `--secret` files, in a
+    /// directory per sandbox that only the user can read, and no container
+    /// mounts but each file its own sandbox was given.
+    pub fn secrets_dir(&self) -> PathBuf {
+        self.root.join("secrets")
+    }
+
+    /// Makes FORAGE_HOME/secrets, readable by the user alone.
+    pub fn ensure_secrets_dir(&self) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.secrets_dir();
+        self.ensure_dir(&dir)?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .context(|| format!("making {} the user's alone", dir.display()))
+    }
+
     /// FORAGE_HOME/private/<name>.
     pub fn private_dir_of(&self, name: &SandboxName) -> PathBuf {
         self.private_dir().join(name.as_str())
@@ -525,6 +541,7 @@ mod tests {
             init: vec![],
             options: Default::default(),
             journal: vec![],
+            pins: vec![],
         }
     }
 

@@ -187,7 +187,12 @@ impl<R: Runtime> Engine<R> {
 
     /// Where undoing may delete.
     fn scope(&self, keep_branch: bool) -> Scope {
-        Scope { workspaces_dir: self.home.workspaces_dir(), private_dir: self.home.private_dir(), keep_branch }
+        Scope {
+            workspaces_dir: self.home.workspaces_dir(),
+            private_dir: self.home.private_dir(),
+            secrets_dir: self.home.secrets_dir(),
+            keep_branch,
+        }
     }
 
     /// Work exists only in a workspace this sandbox's journal says it made

@@ -28,6 +28,8 @@ pub enum Kind {
     OrphanContainer,
     /// A directory under FORAGE_HOME/workspaces that no record owns.
     OrphanWorkspace,
+    /// Copies of secret files (FORAGE_HOME/secrets/<name>) that no record owns.
+    OrphanSecrets,
     /// A record forage cannot read: corrupt, or written by a newer forage.
     UnreadableRecord,
     /// A lock file no process holds (its holder was killed).
@@ -43,6 +45,7 @@ impl std::fmt::Display for Kind {
             Kind::MissingContainer => "missing-container",
             Kind::OrphanContainer => "orphan-container",
             Kind::OrphanWorkspace => "orphan-workspace",
+            Kind::OrphanSecrets => "orphan-secrets",
             Kind::UnreadableRecord => "unreadable-record",
             Kind::StaleLock => "stale-lock",
             Kind::StaleTempFile => "stale-temp-file",
@@ -102,6 +105,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.broken_sandboxes(&seen, force).await?);
         findings.extend(self.orphan_containers(&seen, force).await?);
         findings.extend(self.orphan_workspaces(&seen, force).await?);
+        findings.extend(self.orphan_secrets(&seen, force).await?);
         findings.extend(self.stale_files(force).await?);
         Ok(findings)
     }
@@ -174,6 +178,35 @@ impl<R: Runtime> Engine<R> {
                 continue;
             }
             findings.push(self.orphan_workspace(&name, force).await);
+        }
+        Ok(findings)
+    }
+
+    /// Copies of secret files whose sandbox has no record: nothing of the
+    /// user's work, so removed.
+    async fn orphan_secrets(&self, seen: &Seen, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        let secrets = self.home.secrets_dir();
+        for dir in list_dir(&secrets) {
+            let Some(name) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()) else {
+                continue;
+            };
+            if seen.had_record(&name) {
+                continue;
+            }
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.record_exists(&name) {
+                continue;
+            }
+            let finding = Finding::new(
+                Kind::OrphanSecrets,
+                dir.display().to_string(),
+                "no sandbox record owns these copies of secret files",
+                "remove them",
+            );
+            let owner = secrets.clone();
+            let remove = super::blocking(move || remove_created_dir(&dir, &owner).map_err(Error::other));
+            findings.push(finding.act(force, remove).await);
         }
         Ok(findings)
     }
@@ -281,6 +314,7 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         init: Vec::new(),
         options: Default::default(),
         journal,
+        pins: Vec::new(),
     }
 }
 

@@ -17,6 +17,14 @@ impl Step {
         match self.part() {
             None => match self {
                 Step::Container { name } => runtime.remove(name).await,
+                Step::Secrets => {
+                    let (dir, owner) = (scope.secrets_dir.join(record.name.as_str()), scope.secrets_dir.clone());
+                    super::blocking(move || {
+                        crate::workspace::untrusted::remove_created_dir(&dir, &owner)
+                            .map_err(crate::error::Error::other)
+                    })
+                    .await
+                }
                 _ => Ok(()),
             },
             Some(part) => {

@@ -11,11 +11,13 @@ pub mod gc;
 pub mod journal;
 pub mod launcher;
 mod lifecycle;
+mod pins;
 mod plan;
 mod query;
 mod request;
 mod reset;
 mod review;
+mod secrets;
 mod sync;
 #[cfg(test)]
 mod tests;

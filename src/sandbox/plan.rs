@@ -3,7 +3,7 @@
 //! `reset` build their container spec from without checking again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::launcher;
 use crate::env::Settings;
@@ -38,12 +38,15 @@ pub struct ContainerPlan {
 impl ContainerPlan {
     /// Checks the template and options against the host; `guard` knows which
     /// host paths no sandbox may see.
+    /// `secrets_dir` is where forage keeps this sandbox's copies of its secret
+    /// files (FORAGE_HOME/secrets/<name>): the container mounts those.
     pub fn new(
         template: &template::Resolved,
         options: &UpOptions,
         guard: &Guard,
         settings: &Settings,
         identity: Identity,
+        secrets_dir: &Path,
     ) -> Result<ContainerPlan> {
         let t = &template.template;
         let cpus = options.cpus.unwrap_or(t.resources.cpus);
@@ -54,7 +57,7 @@ impl ContainerPlan {
         let mut mounts = template_mounts(template, options, guard, settings)?;
         for s in &options.secrets {
             mounts.push(Mount {
-                source: s.path.clone(),
+                source: super::secrets::copy_path(secrets_dir, &s.name),
                 target: format!("{}/{}", inside::SECRETS_DIR, s.name),
                 read_only: true,
             });
@@ -173,22 +176,6 @@ fn template_mounts(
         mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
     }
     Ok(mounts)
-}
-
-/// The secret files `up` was given, still readable: `reset` mounts them again.
-pub(crate) fn check_secret_files(options: &UpOptions) -> Result<()> {
-    for s in &options.secrets {
-        let readable = std::fs::File::open(&s.path).and_then(|f| f.metadata()).map(|m| m.is_file());
-        if !matches!(readable, Ok(true)) {
-            let why = readable.err().map(|e| format!(" ({e})")).unwrap_or_default();
-            return Err(Error::usage(format!(
-                "secret file {} (for {}), given to `up`, cannot be read any more{why}; put it back, or remove the sandbox and `up` it again with another --secret",
-                s.path.display(),
-                s.name
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Everything the sandbox's container is made from: the plan, and the

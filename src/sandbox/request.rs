@@ -3,8 +3,10 @@
 //! the order a user meets them, into an `UpRequest` that `up` then carries out
 //! without checking again.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
+use super::pins::HostPath;
 use super::plan::{guard, ContainerPlan, SecretFile, UpOptions};
 use super::Engine;
 use crate::error::{Error, Result};
@@ -144,14 +146,26 @@ impl<R: Runtime> Engine<R> {
         start: bool,
     ) -> Result<UpRequest> {
         let guard = guard(&self.home, &self.settings);
-        let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity)?;
+        let secrets_dir = self.home.secrets_dir().join(name.as_str());
+        let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity, &secrets_dir)?;
         let request = UpRequest { name, template, workspace, options, start, plan };
-        request.workspace_record().check_host_paths(&guard)?;
+        let workspace = request.workspace_record();
+        workspace.check_host_paths(&guard)?;
+        // Every host path the container would mount, and what its agent writes:
+        // no other sandbox's agent may write beneath them, nor this one's
+        // beneath another's, nor beneath a secret file (read just below).
+        let mut paths = HostPath::of_mounts(&workspace.mounts(request.plan.read_only, &guard));
+        paths.extend(HostPath::of_mounts(&request.plan.mounts));
+        self.refuse_overlap(&request.name, &paths)?;
+        for secret in &request.options.secrets {
+            self.refuse_secret_in_reach(&secret.path, &secret.name, &paths)?;
+        }
         Ok(request)
     }
 
-    /// `--secret NAME=FILE` values: a good name, given once, and a file the
-    /// user can read. The value itself is never read.
+    /// `--secret NAME=FILE` values: a good name, given once, and a regular file
+    /// the user can read, of at most `MAX_SECRET_BYTES`. Its value is read
+    /// only when `up` copies it (`secrets`), after every other check.
     fn secret_files(&self, raw: &[String]) -> Result<Vec<SecretFile>> {
         let mut out: Vec<SecretFile> = Vec::new();
         for r in raw {
@@ -168,11 +182,20 @@ impl<R: Runtime> Engine<R> {
             }
             // Shells do not expand `~` after `=`; do it here so the obvious spelling works.
             let path = self.settings.expand_tilde(file).unwrap_or_else(|| PathBuf::from(file));
-            match std::fs::File::open(&path).and_then(|f| f.metadata()).map(|m| m.is_file()) {
-                Ok(true) => {}
-                Ok(false) => {
+            // Opened without blocking (a FIFO) to see that the user may read it.
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(&path)
+                .and_then(|f| f.metadata());
+            match opened {
+                Ok(m) if !m.is_file() => {
                     return Err(Error::usage(format!("secret file {file:?} (for {name}) is not a regular file")))
                 }
+                Ok(m) if m.len() > super::secrets::MAX_SECRET_BYTES => {
+                    return Err(super::secrets::too_large(&SecretFile { name: name.to_owned(), path }))
+                }
+                Ok(_) => {}
                 Err(e) => {
                     return Err(Error::usage(format!(
                         "secret file {file:?} (for {name}) cannot be read ({e}); pass a file holding the secret's value"

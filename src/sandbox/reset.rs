@@ -2,7 +2,7 @@
 //! template is now, with the options `up` was given. The workspace (directory,
 //! worktree and branch, or jj workspace) is not touched, so no work can be lost.
 
-use super::plan::{check_secret_files, container_spec, guard, with_workspace_mounts, ContainerPlan};
+use super::plan::{container_spec, guard, with_workspace_mounts, ContainerPlan};
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
@@ -37,17 +37,20 @@ impl<R: Runtime> Engine<R> {
             .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
         }
         let template = &resolve(&record.template)?;
-        let options = &record.options;
+        let options = &record.options.clone();
         // Everything refused before a possibly slow image build.
         let guard = guard(&self.home, &self.settings);
-        let plan = ContainerPlan::new(template, options, &guard, &self.settings, self.identity)?;
+        let secrets_dir = self.home.secrets_dir().join(name.as_str());
+        let plan = ContainerPlan::new(template, options, &guard, &self.settings, self.identity, &secrets_dir)?;
         record.workspace.check_host_paths(&guard)?;
-        check_secret_files(options)?;
         let image = self.runtime.ensure_image(&plan.image, self.progress.as_ref()).await?;
         let spec =
             container_spec(name, template, options, &plan, &record.workspace, image.clone(), &self.home, self.identity);
         self.check_program(&spec)?;
         let spec = with_workspace_mounts(spec, &record.workspace, plan.read_only, &guard);
+        self.copy_secrets_of_older_record(&mut record).await?;
+        record.pins = self.repin(&record, &spec.mounts)?;
+        self.refuse_overlap(name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
 
         self.step(&format!("removing container {}", record.container));
         self.runtime.stop(&record.container, record.stop_timeout).await?;
@@ -77,5 +80,39 @@ impl<R: Runtime> Engine<R> {
         }
         self.progress.finish();
         Ok(record)
+    }
+
+    /// The pins of the new container's `mounts`: a path the old container
+    /// mounted too must still be the object pinned then (a workspace is never
+    /// re-pinned to whatever is there now); one the template mounts anew is
+    /// checked and pinned as `up` would.
+    fn repin(&self, record: &Record, mounts: &[crate::runtime::Mount]) -> Result<Vec<crate::host_paths::pin::Pin>> {
+        let (known, new): (Vec<_>, Vec<_>) =
+            mounts.iter().cloned().partition(|m| record.pins.iter().any(|p| p.path == m.source));
+        if !record.pins.is_empty() {
+            self.check_pinned(record, &known)?;
+        }
+        let mut pins: Vec<_> =
+            record.pins.iter().filter(|p| known.iter().any(|m| m.source == p.path)).cloned().collect();
+        for pin in &mut pins {
+            pin.writable = known.iter().any(|m| m.source == pin.path && !m.read_only);
+        }
+        pins.extend(self.pin_mounts(record, &new)?);
+        Ok(pins)
+    }
+
+    /// A sandbox made by an older forage mounted its secret files where they
+    /// were: `reset` copies them, once, with the checks `up` makes now.
+    async fn copy_secrets_of_older_record(&self, record: &mut Record) -> Result<()> {
+        if record.options.secrets.is_empty() || record.journal.contains(&crate::record::Step::Secrets) {
+            return Ok(());
+        }
+        let own = super::pins::HostPath::of_mounts(
+            &record.workspace.mounts(record.options.read_only, &guard(&self.home, &self.settings)),
+        );
+        for secret in &record.options.secrets {
+            self.refuse_secret_in_reach(&secret.path, &secret.name, &own)?;
+        }
+        self.copy_secrets(record).await
     }
 }

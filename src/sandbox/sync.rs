@@ -130,6 +130,8 @@ impl<R: Runtime> Engine<R> {
             stop_signal: "SIGTERM".into(),
             stop_timeout: 10,
         };
+        // The helper mounts the sandbox's workspace: pinned, like its own container's.
+        self.check_pinned(record, &spec.mounts).map_err(|e| e.to_string())?;
         match tokio::time::timeout(INSIDE_DEADLINE, self.runtime.run_to_end(&spec)).await {
             Ok(Ok((_, output))) => Ok(output),
             Ok(Err(e)) => Err(e.to_string()),

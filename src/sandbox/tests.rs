@@ -21,6 +21,8 @@ struct FakeRuntime {
     fail_image: AtomicBool,
     /// A path that must still exist whenever the container is removed.
     workspace_must_exist: Option<PathBuf>,
+    /// The mounts of each container created, as the engine would report them.
+    mounts: Mutex<std::collections::HashMap<String, Vec<crate::runtime::Mount>>>,
 }
 
 impl FakeRuntime {
@@ -45,6 +47,7 @@ impl Runtime for FakeRuntime {
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
         self.log(&format!("create {}", spec.name));
+        self.mounts.lock().unwrap().insert(spec.name.clone(), spec.mounts.clone());
         Ok(())
     }
     async fn start(&self, name: &str) -> Result<()> {
@@ -65,8 +68,17 @@ impl Runtime for FakeRuntime {
         self.log(&format!("remove {name}"));
         Ok(())
     }
-    async fn inspect(&self, _: &str) -> Result<Option<ContainerDetails>> {
-        Ok(None)
+    async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>> {
+        let mounts = self.mounts.lock().unwrap().get(name).cloned();
+        Ok(mounts.map(|mounts| ContainerDetails {
+            id: name.to_owned(),
+            state: crate::runtime::ContainerState::Created,
+            exit_code: None,
+            started_at: None,
+            finished_at: None,
+            image: "fake:1".into(),
+            mounts,
+        }))
     }
     async fn run_captured(&self, _: &str, command: Vec<String>, _: Identity) -> Result<(i64, String)> {
         self.log(&format!("run {}", command.join(" ")));

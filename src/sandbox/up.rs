@@ -51,6 +51,7 @@ impl<R: Runtime> Engine<R> {
             init: t.init.clone(),
             options: req.options.clone(),
             journal: Vec::new(),
+            pins: Vec::new(),
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -85,8 +86,15 @@ impl<R: Runtime> Engine<R> {
     /// Makes the workspace's parts and the container, each journaled first,
     /// then starts the agent.
     async fn make(&self, record: &mut Record, spec: ContainerSpec, read_only: bool, start: bool) -> Result<()> {
+        self.copy_secrets(record).await?;
         self.make_workspace(record).await?;
         let spec = with_workspace_mounts(spec, &record.workspace, read_only, &guard(&self.home, &self.settings));
+        // Every host path the container mounts, pinned as it is now, and
+        // checked once more against the other sandboxes', which now see these
+        // pins: of two `up`s racing over one directory, at least one is refused.
+        record.pins = self.pin_mounts(record, &spec.mounts)?;
+        self.home.save(record)?;
+        self.refuse_overlap(&record.name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
         self.begin(record, Step::Container { name: spec.name.clone() })?;
         self.step(&format!("creating container {}", spec.name));
         if let Err(e) = self.runtime.create(&spec).await {
@@ -104,6 +112,20 @@ impl<R: Runtime> Engine<R> {
         self.home.save(record)?;
         self.progress.finish();
         self.checkpoint("ready").await
+    }
+
+    /// Copies the `--secret` files into FORAGE_HOME/secrets/<name>, which the
+    /// container mounts: the files they came from are never read again.
+    pub(crate) async fn copy_secrets(&self, record: &mut Record) -> Result<()> {
+        if record.options.secrets.is_empty() {
+            return Ok(());
+        }
+        self.step("copying the secret files");
+        self.begin(record, Step::Secrets)?;
+        self.home.ensure_secrets_dir()?;
+        let (secrets, dir) = (record.options.secrets.clone(), self.home.secrets_dir().join(record.name.as_str()));
+        super::blocking(move || super::secrets::copy_all(&secrets, &dir)).await?;
+        self.checkpoint(Step::Secrets.checkpoint()).await
     }
 
     /// The workspace's parts, in order, under its repository's lock (released
@@ -171,6 +193,14 @@ impl<R: Runtime> Engine<R> {
     /// exit code and last lines of output (a rolled-back container would take
     /// its logs with it).
     pub(crate) async fn start_agent(&self, record: &Record) -> Result<()> {
+        let mounts = match self.runtime.inspect(&record.container).await? {
+            Some(container) => container.mounts,
+            None => return Err(super::lifecycle::container_gone(record)),
+        };
+        if let Some(pins) = self.check_pinned(record, &mounts)? {
+            // A sandbox of an older forage: pinned from now on.
+            self.home.save(&Record { pins, ..record.clone() })?;
+        }
         let mut watch = self.runtime.watch(&record.container).await?;
         self.step(&format!("starting container {}", record.container));
         let started = std::time::Instant::now();

@@ -50,12 +50,15 @@ pub enum Part {
     JjRepository,
 }
 
-/// Where undoing may delete: FORAGE_HOME/workspaces and FORAGE_HOME/private
-/// (and a worktree's admin entry in its repository), nowhere else.
+/// Where undoing may delete: FORAGE_HOME/workspaces, FORAGE_HOME/private and
+/// FORAGE_HOME/secrets (and a worktree's admin entry in its repository),
+/// nowhere else.
 #[derive(Debug, Clone)]
 pub struct Scope {
     pub workspaces_dir: PathBuf,
     pub private_dir: PathBuf,
+    /// FORAGE_HOME/secrets: forage's copies of secret files, a directory per sandbox.
+    pub secrets_dir: PathBuf,
     /// `down --keep-branch`: leave the branch where it is.
     pub keep_branch: bool,
 }

@@ -17,6 +17,7 @@ mod faults;
 mod git;
 mod git_isolation;
 mod honesty;
+mod host_paths;
 mod host_safety;
 mod image;
 mod jj;

@@ -139,9 +139,15 @@ fn reset_refuses_what_it_cannot_do_and_changes_nothing() {
     std::fs::remove_file(&template).unwrap();
     refused(&["reset", &name], 3, "resettable");
     agent_template(&dir, &image, "one", "'true'");
-    std::fs::remove_file(&secret).unwrap();
-    refused(&["reset", &name], 2, &secret.display().to_string());
-    write(&secret, "tok-value");
+    // The copy of the secret the container mounts, moved away: refused, naming
+    // it. (The file it was copied from is never read again: see the next test.)
+    let copy = env.home.join("secrets").join(&name).join("tok");
+    std::fs::rename(&copy, copy.with_extension("away")).unwrap();
+    let out = run(&["reset", &name]);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(copy.to_str().unwrap()), "{}", describe(&out));
+    unchanged("a secret's copy moved away");
+    std::fs::rename(copy.with_extension("away"), &copy).unwrap();
 
     // A failing init: the new container is stopped, the sandbox kept, and a second
     // reset with a fixed template finishes the job.

@@ -139,7 +139,14 @@ fn a_secret_is_a_read_only_file_and_the_agents_env_and_nowhere_else() {
     let inspected = serde_json::to_string(&inspect("forage-sec").unwrap()).unwrap();
     assert!(!inspected.contains(&value), "the secret is in docker inspect");
     assert!(inspected.contains("/run/secrets/api"));
-    for file in env.home_files() {
+    // The container mounts forage's copy, readable by the user alone, never the
+    // file it was read from; no other file of forage's holds the value.
+    let copy = env.home.join("secrets/sec/api");
+    assert!(inspected.contains(copy.to_str().unwrap()) && !inspected.contains(secret.to_str().unwrap()), "{inspected}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(copy.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+    for file in env.home_files().into_iter().filter(|f| f != &copy) {
         assert!(!std::fs::read_to_string(&file).unwrap_or_default().contains(&value), "secret in {}", file.display());
     }
     assert!(!env.ok(&["logs", "sec"]).contains(&value));

@@ -1,0 +1,119 @@
+//! `--secret NAME=FILE`: the value is read once, at `up`, into a copy only the
+//! user can read (FORAGE_HOME/secrets/<sandbox>/<secret>, mode 0600), and the
+//! container mounts the copy. The file it came from is never read again, so
+//! that swapping it for a symlink later (to a private key, to the engine's
+//! socket) changes nothing the engine mounts.
+
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::host_paths::pin::Pin;
+use crate::record::SecretFile;
+
+/// The largest secret forage copies: keys and tokens are a few kilobytes, and
+/// the value ends up in the agent's environment.
+pub const MAX_SECRET_BYTES: u64 = 1 << 20;
+
+/// Where the copy of secret `secret` of a sandbox is, in its directory `dir`
+/// (FORAGE_HOME/secrets/<sandbox>).
+pub fn copy_path(dir: &Path, secret: &str) -> PathBuf {
+    dir.join(secret)
+}
+
+/// Copies each of `secrets` into `dir` (made here, mode 0700; each copy 0600),
+/// reading each through no symlink (its path was made canonical when `up`
+/// checked it), as a regular file of at most `MAX_SECRET_BYTES`.
+pub fn copy_all(secrets: &[SecretFile], dir: &Path) -> Result<()> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::other(format!("creating {}: {e}", dir.display())))?;
+    for secret in secrets {
+        let value = read_value(secret)?;
+        let copy = copy_path(dir, &secret.name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&copy)
+            .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
+        std::io::Write::write_all(&mut file, &value)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
+    }
+    Ok(())
+}
+
+/// The value of `secret`, read from its file: the path as `up` resolved it,
+/// still with no symlink on the way, a regular file, never blocking (a FIFO),
+/// bounded in size.
+fn read_value(secret: &SecretFile) -> Result<Vec<u8>> {
+    let shown = secret.path.display();
+    let changed = |why: String| {
+        Error::usage(format!(
+            "secret file {shown} (for {}) changed while `up` read it ({why}); check it and run `up` again",
+            secret.name
+        ))
+    };
+    Pin::take(&secret.path, false).map_err(|moved| changed(moved.to_string()))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&secret.path)
+        .map_err(|e| changed(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| changed(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(changed("it is not a regular file".into()));
+    }
+    let mut value = Vec::new();
+    file.take(MAX_SECRET_BYTES + 1).read_to_end(&mut value).map_err(|e| changed(e.to_string()))?;
+    if value.len() as u64 > MAX_SECRET_BYTES {
+        return Err(too_large(secret));
+    }
+    Ok(value)
+}
+
+/// A secret file larger than forage copies.
+pub fn too_large(secret: &SecretFile) -> Error {
+    Error::usage(format!(
+        "secret file {} (for {}) is larger than {} KiB; a secret is a key or a token: pass a file holding only its value",
+        secret.path.display(),
+        secret.name,
+        MAX_SECRET_BYTES >> 10
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_private_and_the_origin_is_read_only_through_no_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let t = t.path().canonicalize().unwrap();
+        std::fs::write(t.join("key"), "s3cret").unwrap();
+        let dir = t.join("secrets/box");
+        std::fs::create_dir(t.join("secrets")).unwrap();
+        copy_all(&[SecretFile { name: "api".into(), path: t.join("key") }], &dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::read(dir.join("api")).unwrap(), b"s3cret");
+        assert_eq!(std::fs::metadata(dir.join("api")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+
+        // The key swapped for a symlink to something else after `up` checked it.
+        std::fs::rename(t.join("key"), t.join("key-real")).unwrap();
+        std::os::unix::fs::symlink(t.join("key-real"), t.join("key")).unwrap();
+        let err = copy_all(&[SecretFile { name: "api".into(), path: t.join("key") }], &t.join("secrets/other"));
+        assert!(err.unwrap_err().to_string().contains("is now a symlink"));
+        // Too large, or a FIFO: refused, never blocking.
+        std::fs::write(t.join("big"), vec![b'x'; MAX_SECRET_BYTES as usize + 1]).unwrap();
+        let err = copy_all(&[SecretFile { name: "big".into(), path: t.join("big") }], &t.join("secrets/big"));
+        assert!(err.unwrap_err().to_string().contains("larger than"));
+        nix::unistd::mkfifo(&t.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = copy_all(&[SecretFile { name: "f".into(), path: t.join("fifo") }], &t.join("secrets/fifo"));
+        assert!(err.unwrap_err().to_string().contains("not a regular file"));
+    }
+}
