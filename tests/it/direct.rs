@@ -55,7 +55,11 @@ fn the_container_has_the_security_defaults() {
     let hc = c.host_config.unwrap();
     assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
     assert!(hc.cap_add.unwrap_or_default().is_empty());
-    assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+    // forage's own seccomp profile (runtime/seccomp.rs) replaces the engine's.
+    let security = hc.security_opt.unwrap_or_default();
+    assert_eq!(security.len(), 2, "{security:?}");
+    assert_eq!(security[0], "no-new-privileges");
+    assert!(security[1].starts_with("seccomp={") && security[1].contains(r#""defaultAction":"SCMP_ACT_ERRNO""#));
     assert_eq!(hc.init, Some(true));
     assert_eq!(hc.privileged, Some(false));
     assert_eq!(hc.pids_limit, Some(1024));

@@ -451,16 +451,20 @@ fn a_setuid_file_the_agent_makes_is_out_of_other_users_reach() {
     let repo = repo(&env, "repo");
     let name = env.unique("hs-suid");
     env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
-    // Root in the container makes a root-owned setuid shell in its workspace.
-    env.ok(&["exec", &name, "--", "sh", "-c", "cp /bin/sh /workspace/suid && chmod 4755 /workspace/suid"]);
+    // Root in the container copies a shell into its workspace and tries to make
+    // it setuid: the copy is made, the mode refused (runtime/seccomp.rs).
+    let out = env.run(&["exec", &name, "--", "sh", "-c", "cp /bin/sh /workspace/suid && chmod 4755 /workspace/suid"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"), "{}", describe(&out));
     let suid = env.home.join("workspaces").join(&name).join("suid");
-    assert_eq!(std::fs::metadata(&suid).unwrap().mode() & 0o4000, 0o4000, "the test made no setuid file");
+    assert!(suid.is_file(), "the copy was made");
+    assert_eq!(std::fs::metadata(&suid).unwrap().mode() & 0o6000, 0, "a setuid file on the host");
+    // And were one there, no other user could reach it.
     for dir in ["workspaces", "private"] {
         let mode = std::fs::metadata(env.home.join(dir)).unwrap().mode();
         assert_eq!(mode & 0o077, 0, "{dir} is {mode:o}: other users can reach the agent's files");
     }
-    // Another user cannot reach it.
     let out = Command::new(&suid).arg("-c").arg("id -u").uid(4246).gid(4246).output();
-    assert!(out.is_err() || !out.unwrap().status.success(), "another user ran the agent's setuid shell");
+    assert!(out.is_err() || !out.unwrap().status.success(), "another user ran the agent's shell");
     env.ok(&["down", &name, "--discard"]);
 }

@@ -47,6 +47,8 @@ fn stable(env: &Env, check: impl FnOnce()) {
     settings.add_filter(r"\b[0-9a-f]{12}\b", "[SHORT-ID]");
     settings.add_filter(r"forage-host/([a-z-]+):[0-9a-f]{16}", "forage-host/$1:[KEY]");
     settings.add_filter(r"\b\d{8}T\d{6}Z\b", "[STAMP]");
+    // Where a pinned path is on disk (device and inode numbers).
+    settings.add_filter(r#""(dev|ino)": \d+"#, r#""$1": [N]"#);
     settings.add_filter(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z", "[TIME]");
     settings.add_filter(r"\b\d{1,2}[smhd] ago\b", "[AGE] ago");
     // list's AGE column, the last of a row.
