@@ -9,18 +9,20 @@ use crate::git::{archive_refs, git, repo, repo_state, repo_state_but_archives};
 use crate::support::*;
 
 /// Steps of `up` after which the fault hooks fire, per workspace mode.
-/// (`init` fires with or without init commands; after `ready` the sandbox is whole.)
-const DIRECT_STEPS: &[&str] = &["record", "container", "start", "init", "ready"];
+/// (`init` fires with or without init commands; after `ready` the sandbox is whole;
+/// `secrets` is the copies of the `--secret` files `up_args` gives.)
+const DIRECT_STEPS: &[&str] = &["record", "secrets", "container", "start", "init", "ready"];
 const GIT_STEPS: &[&str] =
-    &["record", "git-branch", "git-worktree", "private-repo", "container", "start", "init", "ready"];
-const JJ_STEPS: &[&str] = &["record", "private-repo", "jj-workspace", "container", "start", "init", "ready"];
+    &["record", "secrets", "git-branch", "git-worktree", "private-repo", "container", "start", "init", "ready"];
+const JJ_STEPS: &[&str] =
+    &["record", "secrets", "private-repo", "jj-workspace", "container", "start", "init", "ready"];
 
 /// A jj repository's workspaces and bookmarks.
 fn jj_state(repo: &Path) -> String {
     crate::jj::workspaces(repo).join("\n") + "\n" + &crate::jj::jj(repo, &["bookmark", "list", "-T", "name ++ \"\\n\""])
 }
 
-/// The `up` arguments for `name` in `mode`.
+/// The `up` arguments for `name` in `mode`, with a secret (which `up` copies).
 fn up_args(env: &Env, mode: &str, name: &str, repo: &Path) -> Vec<String> {
     let ws = env.mkdir("direct-ws");
     let (flag, path) = match mode {
@@ -28,7 +30,9 @@ fn up_args(env: &Env, mode: &str, name: &str, repo: &Path) -> Vec<String> {
         "jj" => ("--jj", repo.to_path_buf()),
         _ => ("--git-worktree", repo.to_path_buf()),
     };
-    vec!["up".into(), name.into(), flag.into(), path.to_str().unwrap().into()]
+    let key = crate::templates::write(&env.path("keys/probe"), "probe-value");
+    let secret = format!("probe={}", key.display());
+    vec!["up".into(), name.into(), flag.into(), path.to_str().unwrap().into(), "--secret".into(), secret]
 }
 
 #[test]
