@@ -146,6 +146,14 @@ impl Guard {
         })
     }
 
+    /// `refusal` without the walk for socket files: before a start, when any
+    /// socket file the walk would find is either listed by the kernel (and so
+    /// refused here too) or left by the sandbox's own agent, which is stopped,
+    /// so that nothing listens on it.
+    pub fn refusal_before_start(&self, path: &Path, exposure: Exposure) -> Option<String> {
+        self.rule_refusal(path, exposure)
+    }
+
     /// True when `path` is refused writable but would be allowed read-only
     /// (a system directory): a template mount can then be made read-only,
     /// while a workspace is refused all the same.
@@ -199,7 +207,7 @@ fn private_places<'a>(settings: &Settings, homes: impl Iterator<Item = &'a PathB
 /// The refusal of a path that holds another program's socket.
 fn door(path: &Path, socket: &Path) -> String {
     format!(
-        "it {} the socket {}, another program's door: through it an agent talks to whatever listens there (a terminal multiplexer, an ssh or gpg agent, a container engine)",
+        "it {} the socket {}, another program's door: through it an agent talks to whatever listens there (a terminal multiplexer, an ssh or gpg agent, a container engine); if nothing does any more, remove the file",
         relation(path, socket),
         socket.display()
     )

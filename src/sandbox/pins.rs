@@ -140,7 +140,7 @@ impl<R: Runtime> Engine<R> {
                     m.source.display()
                 ))
             })?;
-            self.refuse_by_guard(record, &guard, &pin)?;
+            self.refuse_by_guard(record, &guard, &pin, Guard::refusal)?;
             pins.push(pin);
         }
         Ok(pins)
@@ -180,19 +180,26 @@ impl<R: Runtime> Engine<R> {
                 ))
                 .hint("if you changed it yourself, remove the sandbox and `up` it again (`down` keeps the work of a git or jj sandbox, and never touches a direct workspace)")
             })?;
-            self.refuse_by_guard(record, &guard, pin)?;
+            self.refuse_by_guard(record, &guard, pin, Guard::refusal_before_start)?;
         }
         Ok(None)
     }
 
-    /// The guard's verdict on a pinned path outside FORAGE_HOME (forage's own
-    /// paths there are the sandbox's, made by forage).
-    fn refuse_by_guard(&self, record: &Record, guard: &Guard, pin: &Pin) -> Result<()> {
+    /// The guard's verdict (`rules`: `Guard::refusal` or the one before a
+    /// start) on a pinned path outside FORAGE_HOME (forage's own paths there
+    /// are the sandbox's, made by forage).
+    fn refuse_by_guard(
+        &self,
+        record: &Record,
+        guard: &Guard,
+        pin: &Pin,
+        rules: fn(&Guard, &Path, Exposure) -> Option<String>,
+    ) -> Result<()> {
         if pin.path.starts_with(self.home.root()) {
             return Ok(());
         }
         let exposure = if pin.writable { Exposure::Writable } else { Exposure::ReadOnly };
-        let why = guard.refusal(&pin.path, exposure).or_else(|| {
+        let why = rules(guard, &pin.path, exposure).or_else(|| {
             (pin.writable && !record.options.allow_home && guard.exposes_user_home(&pin.path))
                 .then(|| "it is (or holds) your home directory, and the sandbox was not made with --allow-home".into())
         });

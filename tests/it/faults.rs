@@ -14,8 +14,7 @@ use crate::support::*;
 const DIRECT_STEPS: &[&str] = &["record", "secrets", "container", "start", "init", "ready"];
 const GIT_STEPS: &[&str] =
     &["record", "secrets", "git-branch", "git-worktree", "private-repo", "container", "start", "init", "ready"];
-const JJ_STEPS: &[&str] =
-    &["record", "secrets", "private-repo", "jj-workspace", "container", "start", "init", "ready"];
+const JJ_STEPS: &[&str] = &["record", "secrets", "private-repo", "jj-workspace", "container", "start", "init", "ready"];
 
 /// A jj repository's workspaces and bookmarks.
 fn jj_state(repo: &Path) -> String {

@@ -80,6 +80,15 @@ fn a_path_checked_at_up_is_proved_the_same_object_before_every_start() {
     std::fs::rename(env.path("ws-old"), &ws).unwrap();
     env.ok(&["start", &name]);
 
+    // A socket the agent bound itself, left in its workspace: nothing listens
+    // once the agent is stopped, and the sandbox starts again.
+    static_program(&write(&env.path("bind.c"), BIND_SOCKET), &ws.join("bind"));
+    assert_eq!(inside(&env, &name, "/workspace/bind /workspace/agent.sock"), "BOUND\n");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(ws.join("agent.sock")).unwrap().file_type().is_socket());
+    env.ok(&["restart", &name]);
+    assert!(is_running(&name));
+
     // A program on the host opens a door in the workspace after `up`: the
     // guard's verdict is asked again at every start.
     let door = ws.join("run/app.sock");
@@ -264,6 +273,29 @@ fn directories_holding_other_programs_doors_credentials_or_autostart_are_refused
     env.assert_nothing_left();
 }
 
+/// Builds the C program `source` into `out`, statically linked, so that it
+/// runs in any image.
+fn static_program(source: &Path, out: &Path) {
+    let built = std::process::Command::new("cc").args(["-static", "-O1", "-o"]).arg(out).arg(source).output().unwrap();
+    assert!(built.status.success(), "{}", describe(&built));
+}
+
+/// Binds a Unix socket at the path it is given and exits, leaving the file.
+const BIND_SOCKET: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(int argc, char **argv) {
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) != 0) { perror("bind"); return 1; }
+    puts("BOUND");
+    return 0;
+}
+"#;
+
 /// A program that tries every way to leave a setuid or setgid file behind,
 /// printing what each call returned, and a plain file as proof it ran.
 const SET_ID_PROBE: &str = r#"
@@ -299,13 +331,7 @@ fn nothing_the_agent_leaves_in_a_workspace_is_setuid_or_setgid_on_the_host() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     let source = write(&env.path("probe.c"), SET_ID_PROBE);
-    let built = std::process::Command::new("cc")
-        .args(["-static", "-O1", "-o"])
-        .arg(ws.join("probe"))
-        .arg(&source)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", describe(&built));
+    static_program(&source, &ws.join("probe"));
     let name = env.unique("setid");
     env.ok(&["up", &name, "--workspace", ws.to_str().unwrap()]);
     let said = inside(&env, &name, "cd /workspace && ./probe; cp /bin/sh ./sh && chmod u+s ./sh; echo chmod-sh $?");
