@@ -364,8 +364,8 @@ mod tests {
         assert!(refused(&home).unwrap().contains("is forage's state"));
         assert!(refused(&home.join("workspaces/x")).unwrap().contains("is inside forage's state"));
         assert_eq!(refused(&project), None);
-        // t holds both the socket's directory and FORAGE_HOME; the socket is named.
-        assert!(refused(&t).unwrap().contains("socket"));
+        // t holds both the socket's directory and FORAGE_HOME: refused, naming one.
+        assert!(refused(&t).unwrap().contains("holds forage's state"));
 
         for kernel in ["/proc", "/proc/1", "/sys/fs", "/dev"] {
             assert!(refused(Path::new(kernel)).unwrap().contains("kernel's view"), "{kernel}");
@@ -391,7 +391,9 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let t = t.path().canonicalize().unwrap();
         let user = t.join("user");
-        let g = guard(&user, &t.join("forage"), &t.join("absent.sock"));
+        // FORAGE_HOME outside /tmp, whose rule would come first.
+        let forage_home = Path::new("/nonexistent/forage");
+        let g = guard(&user, forage_home, &t.join("absent.sock"));
         // A tmux server's socket, deep in a directory: refused writable and read-only.
         let shared = t.join("shared");
         std::fs::create_dir_all(shared.join("tmux-1000")).unwrap();
@@ -406,7 +408,7 @@ mod tests {
         drop(_listener);
         assert!(g.refusal(&shared, Exposure::ReadOnly).unwrap().contains("tmux-1000/default"));
         std::fs::remove_file(&socket).unwrap();
-        let g = guard(&user, &t.join("forage"), &t.join("absent.sock"));
+        let g = guard(&user, forage_home, &t.join("absent.sock"));
         assert_eq!(g.refusal(&shared, Exposure::Writable), None);
 
         for scratch in ["/tmp", "/var/tmp"] {

@@ -81,9 +81,9 @@ impl<R: Runtime> Engine<R> {
 
     pub async fn start(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.lock_sandbox(name).await?;
-        let record = self.ready_record(name).await?;
+        let (record, mounts) = self.ready_record(name).await?;
         self.step(&format!("starting {name}"));
-        if let Err(e) = self.start_agent(&record).await {
+        if let Err(e) = self.start_agent(&record, &mounts).await {
             // The agent's launcher would wait for init forever: stop it instead.
             self.runtime.stop(&record.container, record.stop_timeout).await?;
             return Err(e);
@@ -93,7 +93,7 @@ impl<R: Runtime> Engine<R> {
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.lock_sandbox(name).await?;
-        let record = self.ready_record(name).await?;
+        let (record, _) = self.ready_record(name).await?;
         self.step(&format!("stopping {name}"));
         self.runtime.stop(&record.container, record.stop_timeout).await
     }
@@ -145,15 +145,16 @@ impl<R: Runtime> Engine<R> {
         self.runtime.exit_code(session).await
     }
 
-    async fn ready_record(&self, name: &SandboxName) -> Result<Record> {
+    /// The record of a whole sandbox, and the host paths its container mounts.
+    async fn ready_record(&self, name: &SandboxName) -> Result<(Record, Vec<crate::runtime::Mount>)> {
         let record = self.record(name)?;
         if record.state != RecordState::Ready {
             return Err(half_made(name));
         }
-        if self.runtime.inspect(&record.container).await?.is_none() {
-            return Err(container_gone(&record));
+        match self.runtime.inspect(&record.container).await? {
+            Some(container) => Ok((record, container.mounts)),
+            None => Err(container_gone(&record)),
         }
-        Ok(record)
     }
 }
 

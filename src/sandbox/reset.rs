@@ -64,7 +64,7 @@ impl<R: Runtime> Engine<R> {
         let made = async {
             self.step(&format!("creating container {}", spec.name));
             self.runtime.create(&spec).await?;
-            if let Err(e) = self.start_agent(&record).await {
+            if let Err(e) = self.start_agent(&record, &spec.mounts).await {
                 // The agent's launcher would wait for init forever: stop it instead.
                 self.runtime.stop(&spec.name, record.stop_timeout).await?;
                 return Err(e);

@@ -96,6 +96,7 @@ impl<R: Runtime> Engine<R> {
         self.home.save(record)?;
         self.refuse_overlap(&record.name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
         self.begin(record, Step::Container { name: spec.name.clone() })?;
+        let mounts = spec.mounts.clone();
         self.step(&format!("creating container {}", spec.name));
         if let Err(e) = self.runtime.create(&spec).await {
             // A name clash means the container is someone else's: never undo it.
@@ -106,7 +107,7 @@ impl<R: Runtime> Engine<R> {
         }
         self.checkpoint("container").await?;
         if start {
-            self.start_agent(record).await?;
+            self.start_agent(record, &mounts).await?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;
@@ -188,16 +189,14 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// Starts the container and its agent (after the template's init commands),
-    /// then watches the agent for `STARTUP_WATCH` (or a third of the start's time):
+    /// once every host path it mounts (`mounts`, as the engine has them) is
+    /// proved to be what `up` pinned; then watches the agent for
+    /// `STARTUP_WATCH` (or a third of the start's time):
     /// one that exits with an error as it starts fails the command, with its
     /// exit code and last lines of output (a rolled-back container would take
     /// its logs with it).
-    pub(crate) async fn start_agent(&self, record: &Record) -> Result<()> {
-        let mounts = match self.runtime.inspect(&record.container).await? {
-            Some(container) => container.mounts,
-            None => return Err(super::lifecycle::container_gone(record)),
-        };
-        if let Some(pins) = self.check_pinned(record, &mounts)? {
+    pub(crate) async fn start_agent(&self, record: &Record, mounts: &[crate::runtime::Mount]) -> Result<()> {
+        if let Some(pins) = self.check_pinned(record, mounts)? {
             // A sandbox of an older forage: pinned from now on.
             self.home.save(&Record { pins, ..record.clone() })?;
         }
