@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use super::Engine;
 use crate::error::{Error, Result};
 use crate::host_paths::pin::Pin;
-use crate::host_paths::{Exposure, Guard};
+use crate::host_paths::{resolved, Exposure, Guard};
 use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::{Mount, Runtime};
+use crate::template::{self, ImageSpec, Origin};
 
 /// A host path a sandbox mounts, and whether its agent can write beneath it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +120,34 @@ impl<R: Runtime> Engine<R> {
             let paths = host_paths_of(other, &guard);
             if let Some(w) = paths.iter().find(|w| w.writable && path.starts_with(&w.path)) {
                 return refuse(format!("is inside {}, which sandbox {}'s agent writes", w.path.display(), other.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a template (its file, or its build context) that lies where an
+    /// agent writes: the agent could change what the next `up` or `reset`
+    /// mounts, or the image other sandboxes run. `also` are the new sandbox's
+    /// own writable paths.
+    pub(crate) fn refuse_template_in_reach(&self, template: &template::Resolved, also: &[HostPath]) -> Result<()> {
+        let Origin::File(file) = &template.origin else { return Ok(()) };
+        let mut read = vec![resolved(file)];
+        if let (ImageSpec::Build(build), Some(dir)) = (&template.template.image, template.dir()) {
+            read.push(resolved(&dir.join(&build.context)));
+        }
+        let guard = super::plan::guard(&self.home, &self.settings);
+        let (records, _) = self.home.load_all()?;
+        let theirs = records.iter().map(|r| (Some(&r.name), host_paths_of(r, &guard)));
+        for (owner, paths) in std::iter::once((None, also.to_vec())).chain(theirs) {
+            let writer = |path: &Path| paths.iter().find(|w| w.writable && path.starts_with(&w.path)).cloned();
+            if let Some((path, w)) = read.iter().find_map(|p| writer(p).map(|w| (p, w))) {
+                let whose = owner.map_or("this sandbox's agent".to_owned(), |o| format!("sandbox {o}'s agent"));
+                return Err(Error::usage(format!(
+                    "template {} is read from {}, inside {}, which {whose} writes: it could change what the next `up` or `reset` mounts, or the image sandboxes run; keep templates outside every workspace",
+                    template.name,
+                    path.display(),
+                    w.path.display()
+                )));
             }
         }
         Ok(())

@@ -157,6 +157,7 @@ impl<R: Runtime> Engine<R> {
         let mut paths = HostPath::of_mounts(&workspace.mounts(request.plan.read_only, &guard));
         paths.extend(HostPath::of_mounts(&request.plan.mounts));
         self.refuse_overlap(&request.name, &paths)?;
+        self.refuse_template_in_reach(&request.template, &paths)?;
         for secret in &request.options.secrets {
             self.refuse_secret_in_reach(&secret.path, &secret.name, &paths)?;
         }

@@ -37,6 +37,7 @@ impl<R: Runtime> Engine<R> {
             .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
         }
         let template = &resolve(&record.template)?;
+        self.refuse_template_in_reach(template, &[])?;
         let options = &record.options.clone();
         // Everything refused before a possibly slow image build.
         let guard = guard(&self.home, &self.settings);

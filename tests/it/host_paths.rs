@@ -361,3 +361,41 @@ fn nothing_the_agent_leaves_in_a_workspace_is_setuid_or_setgid_on_the_host() {
     env.ok(&["down", &name]);
     env.assert_nothing_left();
 }
+
+#[test]
+fn a_template_an_agent_can_write_is_never_read() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let proj = env.mkdir("proj");
+    let templates = proj.join(".forage");
+    write(&templates.join("team.yaml"), &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\n"));
+    let with_templates = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &templates).output().unwrap();
+    // A sandbox made from the project's template while no agent writes the project.
+    let (team, direct) = (env.unique("team"), env.unique("direct"));
+    let out = with_templates(&["up", &team, "-t", "team", "--workspace", env.mkdir("ws").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // Then a direct sandbox on the project, whose agent rewrites that template
+    // to mount what it wants (the user's keys, read-only: a template's choice).
+    env.ok(&["up", &direct, "--workspace", proj.to_str().unwrap()]);
+    let keys = env.mkdir("keys");
+    write(&keys.join("id"), "private");
+    let evil = format!("image: {image}\\nagent: {{command: [sleep, \\\"1000\\\"]}}\\nmounts: [{{source: {}, target: /keys, read_only: true}}]\\n", keys.display());
+    let said = inside(&env, &direct, &format!("printf '{evil}' > /workspace/.forage/team.yaml && echo REWRITTEN"));
+    assert_eq!(said, "REWRITTEN\n");
+    assert!(std::fs::read_to_string(templates.join("team.yaml")).unwrap().contains("/keys"), "the rewrite took effect");
+
+    // reset reads the template again: refused, naming the writer; nothing changes.
+    let before = mount_sources(&team);
+    let out = with_templates(&["reset", &team]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("sandbox {direct}'s agent writes")) && err.contains("team.yaml"), "{err}");
+    assert_eq!(mount_sources(&team), before);
+    assert!(!mount_sources(&team).iter().any(|s| s.contains("keys")));
+    // And no new sandbox is made from it.
+    let out = with_templates(&["up", "another", "-t", "team", "--workspace", env.mkdir("ws3").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+
+    env.ok(&["down", &team, &direct]);
+    env.assert_nothing_left();
+}
