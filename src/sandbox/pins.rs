@@ -101,28 +101,37 @@ impl<R: Runtime> Engine<R> {
         Ok(())
     }
 
+    /// Who could write `path`, if an agent could: the writable path it lies in,
+    /// and whose agent writes that ("this sandbox's agent" for `also`, the new
+    /// sandbox's own writable paths, else another sandbox's).
+    fn agent_writing(&self, path: &Path, also: &[HostPath]) -> Result<Option<(String, PathBuf)>> {
+        let beneath = |paths: &[HostPath]| paths.iter().find(|w| w.writable && path.starts_with(&w.path)).cloned();
+        if let Some(w) = beneath(also) {
+            return Ok(Some(("this sandbox's agent".into(), w.path)));
+        }
+        let guard = super::plan::guard(&self.home, &self.settings);
+        let (records, _) = self.home.load_all()?;
+        Ok(records
+            .iter()
+            .find_map(|r| beneath(&host_paths_of(r, &guard)).map(|w| (format!("sandbox {}'s agent", r.name), w.path))))
+    }
+
     /// Refuses a secret file the agent of some sandbox could write (or one of
     /// forage's own files): it could be a symlink to a private key by the time
     /// `up` reads it. `also` are the new sandbox's own writable paths.
     pub(crate) fn refuse_secret_in_reach(&self, path: &Path, secret: &str, also: &[HostPath]) -> Result<()> {
-        let guard = super::plan::guard(&self.home, &self.settings);
-        let refuse = |why: String| {
-            Err(Error::usage(format!("secret file {} (for {secret}) {why}; keep secrets outside every workspace, e.g. in ~/.config/forage/secrets", path.display())))
-        };
-        if path.starts_with(self.home.root()) {
-            return refuse("is inside FORAGE_HOME, where agents' files are".into());
-        }
-        if let Some(w) = also.iter().find(|w| w.writable && path.starts_with(&w.path)) {
-            return refuse(format!("is inside {}, which this sandbox's agent writes", w.path.display()));
-        }
-        let (records, _) = self.home.load_all()?;
-        for other in &records {
-            let paths = host_paths_of(other, &guard);
-            if let Some(w) = paths.iter().find(|w| w.writable && path.starts_with(&w.path)) {
-                return refuse(format!("is inside {}, which sandbox {}'s agent writes", w.path.display(), other.name));
+        let why = if path.starts_with(self.home.root()) {
+            "is inside FORAGE_HOME, where agents' files are".to_owned()
+        } else {
+            match self.agent_writing(path, also)? {
+                Some((whose, writable)) => format!("is inside {}, which {whose} writes", writable.display()),
+                None => return Ok(()),
             }
-        }
-        Ok(())
+        };
+        Err(Error::usage(format!(
+            "secret file {} (for {secret}) {why}; keep secrets outside every workspace, e.g. in ~/.config/forage/secrets",
+            path.display()
+        )))
     }
 
     /// Refuses a template (its file, or its build context) that lies where an
@@ -135,18 +144,13 @@ impl<R: Runtime> Engine<R> {
         if let (ImageSpec::Build(build), Some(dir)) = (&template.template.image, template.dir()) {
             read.push(resolved(&dir.join(&build.context)));
         }
-        let guard = super::plan::guard(&self.home, &self.settings);
-        let (records, _) = self.home.load_all()?;
-        let theirs = records.iter().map(|r| (Some(&r.name), host_paths_of(r, &guard)));
-        for (owner, paths) in std::iter::once((None, also.to_vec())).chain(theirs) {
-            let writer = |path: &Path| paths.iter().find(|w| w.writable && path.starts_with(&w.path)).cloned();
-            if let Some((path, w)) = read.iter().find_map(|p| writer(p).map(|w| (p, w))) {
-                let whose = owner.map_or("this sandbox's agent".to_owned(), |o| format!("sandbox {o}'s agent"));
+        for path in read {
+            if let Some((whose, writable)) = self.agent_writing(&path, also)? {
                 return Err(Error::usage(format!(
                     "template {} is read from {}, inside {}, which {whose} writes: it could change what the next `up` or `reset` mounts, or the image sandboxes run; keep templates outside every workspace",
                     template.name,
                     path.display(),
-                    w.path.display()
+                    writable.display()
                 )));
             }
         }
