@@ -457,3 +457,131 @@ fn list_remembers_dirty_counts_only_while_nothing_changed() {
     env.ok(&["down", &name, "--discard"]);
     env.assert_nothing_left_but_archives();
 }
+
+/// The number a counter file inside sandbox `name` holds (0 when it has none
+/// yet, or is being rewritten).
+fn counter(env: &Env, name: &str, file: &str) -> u64 {
+    inside(env, name, &format!("cat {file} 2>/dev/null; true")).trim().parse().unwrap_or(0)
+}
+
+/// `merge A --into feature-b`, where `feature-b` is running sandbox B's
+/// branch, would check A's files out in B's worktree while B's agent swaps a
+/// directory A's work writes into for a symlink to a host directory. Refused,
+/// as is a branch checked out in the worktree of a sandbox of another
+/// FORAGE_HOME; nothing of A's lands anywhere.
+#[test]
+fn merge_never_checks_out_where_an_agent_writes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, b) = (env.unique("rv-to-a"), env.unique("rv-to-b"));
+    env.ok(&["up", &b, "--git-worktree", repo.to_str().unwrap(), "--branch", "feature-b"]);
+    env.ok(&["up", &a, "--git-worktree", repo.to_str().unwrap()]);
+    inside(
+        &env,
+        &a,
+        "cd /workspace && mkdir d && echo from-a > d/x.txt && echo from-a > fa.txt && git add . && git commit -qm a",
+    );
+    let outside = env.mkdir("outside");
+    let worktree_b = env.home.join("workspaces").join(&b);
+    let checkout = checkout_files(&repo);
+
+    // B's agent plants, over and over, a symlink to a host directory where A's work adds `d/`.
+    let plant = format!(
+        "cd /workspace && (i=0; while :; do rm -rf d; ln -s {} d; i=$((i+1)); echo $i > /tmp/planted; done) \
+        >/dev/null 2>&1 </dev/null & echo $! > /tmp/planter",
+        outside.display()
+    );
+    inside(&env, &b, &plant);
+    assert!(eventually(30, || counter(&env, &b, "/tmp/planted") > 100), "B's agent planted nothing");
+    assert!(
+        eventually(30, || std::fs::read_link(worktree_b.join("d")).is_ok_and(|t| t == outside)),
+        "B's symlink never showed in its worktree on the host"
+    );
+    let feature_b = git(&repo, &["rev-parse", "feature-b"]);
+
+    for args in [vec!["merge", &a, "--into", "feature-b", "--dry-run"], vec!["merge", &a, "--into", "feature-b"]] {
+        let err = env.fails(&args, 4);
+        assert!(err.contains(&format!("\"feature-b\" is the branch of sandbox {b}")), "{err}");
+        assert!(err.contains("nothing was changed") && err.contains(&format!("forage-ctl down {b}")), "{err}");
+    }
+    let planted = counter(&env, &b, "/tmp/planted");
+    assert!(
+        eventually(30, || counter(&env, &b, "/tmp/planted") > planted),
+        "B's agent stopped planting during the merge"
+    );
+    inside(&env, &b, "kill $(cat /tmp/planter)");
+    assert_eq!(git(&repo, &["rev-parse", "feature-b"]), feature_b);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "A's files reached the host directory");
+    assert!(!worktree_b.join("fa.txt").exists(), "A's files reached B's worktree");
+    assert_eq!(checkout_files(&repo), checkout);
+
+    // A sandbox of another FORAGE_HOME: its worktree is found in the repository.
+    let other = Env::new();
+    let c = other.unique("rv-to-c");
+    other.ok(&["up", &c, "--git-worktree", repo.to_str().unwrap(), "--branch", "feature-c"]);
+    let feature_c = git(&repo, &["rev-parse", "feature-c"]);
+    let err = env.fails(&["merge", &a, "--into", "feature-c"], 4);
+    let worktree_c = other.home.join("workspaces").join(&c);
+    assert!(err.contains(&format!("feature-c is checked out in {}", worktree_c.display())), "{err}");
+    assert!(err.contains(&format!("the worktree of a forage sandbox (worktree forage-{c})")), "{err}");
+    assert_eq!(git(&repo, &["rev-parse", "feature-c"]), feature_c);
+    assert!(!worktree_c.join("fa.txt").exists(), "A's files reached C's worktree");
+    other.ok(&["down", &c, "--discard"]);
+
+    // On a branch of the user's, it lands.
+    git(&repo, &["branch", "mine", "main"]);
+    env.ok(&["merge", &a, "--into", "mine"]);
+    assert_eq!(git(&repo, &["rev-parse", "mine"]), git(&repo, &["rev-parse", &format!("forage-{a}")]));
+    for n in [&a, &b] {
+        env.ok(&["down", n, "--discard"]);
+    }
+    env.assert_nothing_left_but_archives();
+}
+
+/// A direct sandbox over the user's checkout (or a directory inside it)
+/// writes the files `merge` and `apply` would write: both are refused,
+/// naming it, and the checkout stays as it was.
+#[test]
+fn merge_and_apply_refuse_a_checkout_a_direct_sandbox_writes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, d, e) = (env.unique("rv-wr-a"), env.unique("rv-wr-d"), env.unique("rv-wr-e"));
+    env.ok(&["up", &a, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &a, "cd /workspace && echo from-a > fa.txt && git add . && git commit -qm a");
+    env.ok(&["up", &d, "--workspace", repo.to_str().unwrap()]);
+    inside(&env, &d, "echo planted > /workspace/planted.txt");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("planted.txt")).unwrap(),
+        "planted\n",
+        "D does not write the checkout"
+    );
+    let (main, files) = (git(&repo, &["rev-parse", "main"]), checkout_files(&repo));
+
+    let err = env.fails(&["merge", &a], 4);
+    let shown = repo.display();
+    assert!(err.contains(&format!("main is checked out in {shown}")), "{err}");
+    assert!(
+        err.contains(&format!("which is the workspace of sandbox {d}")) && err.contains("nothing was changed"),
+        "{err}"
+    );
+    let err = env.fails(&["apply", &a], 4);
+    assert!(err.contains(&format!("your checkout {shown}, which is the workspace of sandbox {d}")), "{err}");
+    assert_eq!((git(&repo, &["rev-parse", "main"]), checkout_files(&repo)), (main.clone(), files.clone()));
+    env.ok(&["down", &d]);
+
+    // A direct workspace inside the checkout: the checkout holds it.
+    std::fs::create_dir(repo.join("sub")).unwrap();
+    env.ok(&["up", &e, "--workspace", repo.join("sub").to_str().unwrap()]);
+    let err = env.fails(&["merge", &a], 4);
+    assert!(err.contains(&format!("which holds the workspace of sandbox {e}")), "{err}");
+    let err = env.fails(&["apply", &a], 4);
+    assert!(err.contains(&format!("which holds the workspace of sandbox {e}")), "{err}");
+    assert_eq!((git(&repo, &["rev-parse", "main"]), checkout_files(&repo)), (main, files));
+    env.ok(&["down", &e]);
+
+    // No sandbox writes it any more: the work lands.
+    env.ok(&["merge", &a]);
+    assert_eq!(std::fs::read_to_string(repo.join("fa.txt")).unwrap(), "from-a\n");
+    env.ok(&["down", &a]);
+    env.assert_nothing_left_but_archives();
+}
