@@ -1,15 +1,18 @@
 //! git mode's side of the review commands (`workspace::review`): the work is
 //! the host's `forage-<name>` (as the last sync left it) plus the worktree's
 //! files read as untrusted data; landing moves the user's branch in the
-//! checkout that has it, refusing a dirty one and one a sandbox's agent
-//! writes.
+//! checkout that has it, all or nothing (`checkout`), refusing a dirty one and
+//! one a sandbox's agent writes.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Oid, ReferenceType, Repository, StatusOptions};
 
 use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
+use super::super::untrusted::remove_created_dir;
 use super::super::worktree_files::{self, Known, Reading};
+use super::checkout::{check_out_all_or_nothing, Change};
 use super::{ws_err, GitWorkspace};
 use crate::error::{Error, Result};
 use crate::host_paths::resolved;
@@ -73,20 +76,21 @@ impl Review for GitWorkspace {
             ))
             .hint("run the merge again"));
         }
-        if let Some(checkout) = checkout {
-            refuse_dirty(&checkout, &plan.target)?;
-            let commit = checkout.find_object(after, None).map_err(ws_err)?;
-            let mut dry = git2::build::CheckoutBuilder::new();
-            dry.safe().dry_run();
-            checkout.checkout_tree(&commit, Some(&mut dry)).map_err(|e| would_overwrite(&plan.target, e))?;
-            let mut real = git2::build::CheckoutBuilder::new();
-            real.safe();
-            checkout.checkout_tree(&commit, Some(&mut real)).map_err(|e| would_overwrite(&plan.target, e))?;
-        }
         let message = format!("forage: merge of sandbox {}", plan.sandbox);
-        repo.reference_matching(&refname, after, true, before, &message)
-            .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))?;
-        Ok(())
+        let move_branch = || {
+            repo.reference_matching(&refname, after, true, before, &message)
+                .map(|_| ())
+                .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))
+        };
+        let Some(checkout) = checkout else { return move_branch() };
+        refuse_dirty(&checkout, &plan.target)?;
+        let workdir = checkout.workdir().ok_or_else(|| ws_err("the checkout has no working directory"))?;
+        let tree = |id: Oid| repo.find_commit(id).and_then(|c| c.tree()).map_err(ws_err);
+        let change = Change::between(repo, &tree(before)?, &tree(after)?)?;
+        change.refuse_in_the_way(workdir, &plan.target)?;
+        self.rehearse(&checkout, &change, after)?;
+        let commit = checkout.find_object(after, None).map_err(ws_err)?;
+        check_out_all_or_nothing(&checkout, &change, &commit, &plan.target, move_branch)
     }
 
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>> {
@@ -133,6 +137,20 @@ impl GitWorkspace {
             .filter(|(b, _)| b.name().ok().flatten() != Some(self.branch.as_str()))
             .filter_map(|(b, _)| b.get().target())
             .collect()
+    }
+
+    /// Rehearses `change` (see `checkout::rehearse`) in a directory of the
+    /// sandbox's private directory, which no container mounts.
+    fn rehearse(&self, checkout: &Repository, change: &Change, commit: Oid) -> Result<()> {
+        let private = self.private.as_deref().ok_or_else(|| ws_err("the sandbox has no private directory"))?;
+        let scratch = private.join("merge-rehearsal");
+        let clear = || remove_created_dir(&scratch, private).map_err(ws_err);
+        clear()?;
+        std::fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(ws_err)?;
+        let rehearsed = super::checkout::rehearse(checkout, &scratch, change, commit);
+        let cleared = clear();
+        rehearsed?;
+        cleared
     }
 
     /// The branch the sandbox was made from, if it still exists.
@@ -252,14 +270,6 @@ fn refuse_dirty(checkout: &Repository, target: &str) -> Result<()> {
         if dirty.len() > 10 { format!(" and {} more", dirty.len() - 10) } else { String::new() }
     ))
     .hint("commit or stash them first"))
-}
-
-fn would_overwrite(target: &str, e: git2::Error) -> Error {
-    Error::conflict(format!(
-        "landing on {target} would overwrite files in its checkout that git does not track ({}); nothing was changed",
-        e.message()
-    ))
-    .hint("move those files away first")
 }
 
 #[cfg(test)]
