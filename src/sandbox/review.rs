@@ -3,6 +3,8 @@
 //! (`workspace::review`): the agent's verified commits in the user's repository
 //! and its worktree's files, never its own repository.
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
 use super::Engine;
@@ -11,6 +13,7 @@ use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Runtime;
 use crate::store::Lock;
+use crate::workspace::reach::{self, AgentReach};
 use crate::workspace::review::{self, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
 use crate::workspace::{Mode, WorkspaceRecord};
 
@@ -153,7 +156,7 @@ impl<R: Runtime> Engine<R> {
         let _repo = self.lock_repo_of(&record).await?;
         let ws = record.workspace.clone();
         let name = name.clone();
-        super::blocking(move || {
+        let mut plan = super::blocking(move || {
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             let work = review.work(&repo)?;
@@ -174,16 +177,20 @@ impl<R: Runtime> Engine<R> {
             }
             review::plan(&repo, &name, &work, commits, &landing)
         })
-        .await
+        .await?;
+        self.check_landing(&record, &mut plan).await?;
+        Ok(plan)
     }
 
     /// Lands a plan `plan_merge` made: moves the target where the plan says
-    /// (refusing if it moved since, or its checkout is dirty), and remembers
-    /// what landed, so that `down` finds nothing of it to archive.
-    pub async fn merge(&self, name: &SandboxName, plan: LandPlan) -> Result<LandPlan> {
+    /// (refusing if it moved since, its checkout is dirty, or an agent holds
+    /// it or writes its checkout, checked again here under the locks), and
+    /// remembers what landed, so that `down` finds nothing of it to archive.
+    pub async fn merge(&self, name: &SandboxName, mut plan: LandPlan) -> Result<LandPlan> {
         let _lock = self.lock_sandbox(name).await?;
         let record = self.reviewable(name)?;
         let _repo = self.lock_repo_of(&record).await?;
+        self.check_landing(&record, &mut plan).await?;
         let ws = record.workspace.clone();
         super::blocking(move || {
             let review = reviewer(&ws)?;
@@ -209,8 +216,12 @@ impl<R: Runtime> Engine<R> {
             Error::new(e.kind(), format!("apply takes only work a sync verified, and the sync failed: {e}"))
         })?;
         let _repo = self.lock_repo_of(&record).await?;
+        let reach = self.agent_reach().await?;
         let ws = record.workspace.clone();
         let files = super::blocking(move || {
+            if let Some(checkout) = ws.get().repository() {
+                reach.refuse_checkout(checkout, &format!("your checkout {}", checkout.display()))?;
+            }
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             review::in_memory(&repo)?;
@@ -220,6 +231,54 @@ impl<R: Runtime> Engine<R> {
         .await?;
         let checkout = record.workspace.get().repository().map(|p| p.display().to_string()).unwrap_or_default();
         Ok(Applied { sandbox: name.to_string(), checkout, files })
+    }
+
+    /// Refuses to land `plan` where an agent holds the target or writes its
+    /// checkout (`AgentReach`), and notes in the plan the checkout that was
+    /// found safe: `land` writes there and nowhere else.
+    async fn check_landing(&self, record: &Record, plan: &mut LandPlan) -> Result<()> {
+        let reach = self.agent_reach().await?;
+        let (ws, target) = (record.workspace.clone(), plan.target.clone());
+        plan.checkout = super::blocking(move || {
+            if let Some(git_dir) = reach::git_dir_of(&ws) {
+                reach.refuse_branch(&git_dir, &target)?;
+            }
+            let review = reviewer(&ws)?;
+            let checkout = review.landing_checkout(&review.repository()?, &target)?;
+            if let Some(dir) = &checkout {
+                let shown = dir.display().to_string();
+                reach.refuse_checkout(dir, &format!("{target} is checked out in {}", shown.trim_end_matches('/')))?;
+            }
+            Ok(checkout)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// What every sandbox of this FORAGE_HOME holds and can write: from each
+    /// record (or, for a record forage cannot read, the workspace `up` noted
+    /// beside it), the workspace's own mounts, and the container's writable
+    /// mounts as the engine has them.
+    async fn agent_reach(&self) -> Result<AgentReach> {
+        let (records, bad) = self.home.load_all()?;
+        let mut sandboxes: Vec<(SandboxName, String, WorkspaceRecord)> =
+            records.into_iter().map(|r| (r.name, r.container, r.workspace)).collect();
+        for b in bad {
+            if let Some(ws) = self.home.workspace_sidecar(&b.name) {
+                sandboxes.push((b.name.clone(), b.name.container(), ws));
+            }
+        }
+        let guard = super::plan::guard(&self.home, &self.settings);
+        let mut reach = AgentReach::default();
+        for (name, container, ws) in sandboxes {
+            let mut writable: Vec<PathBuf> =
+                ws.mounts(false, &guard).into_iter().filter(|m| !m.read_only).map(|m| m.source).collect();
+            if let Some(details) = self.runtime.inspect(&container).await? {
+                writable.extend(details.mounts.into_iter().filter(|m| !m.read_only).map(|m| m.source));
+            }
+            reach.add(name.as_str(), &ws, writable);
+        }
+        Ok(reach)
     }
 
     /// The record of a sandbox whose work can be reviewed.

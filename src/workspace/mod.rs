@@ -5,6 +5,7 @@ pub mod direct;
 pub mod dirty_memo;
 pub mod git;
 pub mod jj;
+pub mod reach;
 pub mod review;
 pub mod untrusted;
 mod worktree_files;

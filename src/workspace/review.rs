@@ -63,9 +63,17 @@ pub trait Review {
     fn landed_file(&self) -> Option<PathBuf>;
     /// Where the user's branch (jj: bookmark) `target` is now.
     fn target_tip(&self, repo: &Repository, target: &str) -> Result<Oid>;
+    /// The directory whose files landing on `target` rewrites (git: the
+    /// checkout that has the branch checked out; jj: none, moving a bookmark
+    /// writes no files), for the caller to check that no agent writes there.
+    /// Refuses a target that is checked out in a sandbox's worktree.
+    fn landing_checkout(&self, _repo: &Repository, _target: &str) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
     /// Moves `plan.target` to `plan.commit` where the user keeps it (git: in
-    /// the checkout that has it checked out, refusing a dirty one; jj: the
-    /// bookmark, which the repository's jj then imports).
+    /// the checkout that has it checked out, `plan.checkout`, refusing a dirty
+    /// one and landing all of its files or none; jj: the bookmark, which the
+    /// repository's jj then imports).
     fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()>;
     /// The change from `work.start` to `work.current` as uncommitted edits in
     /// the user's own checkout; refused, changing nothing, where it does not
@@ -256,6 +264,10 @@ pub struct LandPlan {
     /// The tree of the sandbox's files that this lands (what `down` then finds
     /// already landed).
     pub tree: String,
+    /// The checkout whose files landing rewrites, as `landing_checkout` found
+    /// it and the caller checked it: `land` writes nowhere else.
+    #[serde(skip)]
+    pub checkout: Option<PathBuf>,
 }
 
 impl LandPlan {
@@ -378,6 +390,7 @@ pub fn plan(
         commits,
         uncommitted,
         tree: work.current.to_string(),
+        checkout: None,
     })
 }
 

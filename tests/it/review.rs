@@ -457,3 +457,299 @@ fn list_remembers_dirty_counts_only_while_nothing_changed() {
     env.ok(&["down", &name, "--discard"]);
     env.assert_nothing_left_but_archives();
 }
+
+/// The number a counter file inside sandbox `name` holds (0 when it has none
+/// yet, or is being rewritten).
+fn counter(env: &Env, name: &str, file: &str) -> u64 {
+    inside(env, name, &format!("cat {file} 2>/dev/null; true")).trim().parse().unwrap_or(0)
+}
+
+/// `merge A --into feature-b`, where `feature-b` is running sandbox B's
+/// branch, would check A's files out in B's worktree while B's agent swaps a
+/// directory A's work writes into for a symlink to a host directory. Refused,
+/// as is a branch checked out in the worktree of a sandbox of another
+/// FORAGE_HOME; nothing of A's lands anywhere.
+#[test]
+fn merge_never_checks_out_where_an_agent_writes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, b) = (env.unique("rv-to-a"), env.unique("rv-to-b"));
+    env.ok(&["up", &b, "--git-worktree", repo.to_str().unwrap(), "--branch", "feature-b"]);
+    env.ok(&["up", &a, "--git-worktree", repo.to_str().unwrap()]);
+    inside(
+        &env,
+        &a,
+        "cd /workspace && mkdir d && echo from-a > d/x.txt && echo from-a > fa.txt && git add . && git commit -qm a",
+    );
+    let outside = env.mkdir("outside");
+    let worktree_b = env.home.join("workspaces").join(&b);
+    let checkout = checkout_files(&repo);
+
+    // B's agent plants, over and over, a symlink to a host directory where A's work adds `d/`.
+    let plant = format!(
+        "cd /workspace && (i=0; while :; do rm -rf d; ln -s {} d; i=$((i+1)); echo $i > /tmp/planted; done) \
+        >/dev/null 2>&1 </dev/null & echo $! > /tmp/planter",
+        outside.display()
+    );
+    inside(&env, &b, &plant);
+    assert!(eventually(30, || counter(&env, &b, "/tmp/planted") > 100), "B's agent planted nothing");
+    assert!(
+        eventually(30, || std::fs::read_link(worktree_b.join("d")).is_ok_and(|t| t == outside)),
+        "B's symlink never showed in its worktree on the host"
+    );
+    let feature_b = git(&repo, &["rev-parse", "feature-b"]);
+
+    for args in [vec!["merge", &a, "--into", "feature-b", "--dry-run"], vec!["merge", &a, "--into", "feature-b"]] {
+        let err = env.fails(&args, 4);
+        assert!(err.contains(&format!("\"feature-b\" is the branch of sandbox {b}")), "{err}");
+        assert!(err.contains("nothing was changed") && err.contains(&format!("forage-ctl down {b}")), "{err}");
+    }
+    let planted = counter(&env, &b, "/tmp/planted");
+    assert!(
+        eventually(30, || counter(&env, &b, "/tmp/planted") > planted),
+        "B's agent stopped planting during the merge"
+    );
+    inside(&env, &b, "kill $(cat /tmp/planter)");
+    assert_eq!(git(&repo, &["rev-parse", "feature-b"]), feature_b);
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "A's files reached the host directory");
+    assert!(!worktree_b.join("fa.txt").exists(), "A's files reached B's worktree");
+    assert_eq!(checkout_files(&repo), checkout);
+
+    // A sandbox of another FORAGE_HOME: its worktree is found in the repository.
+    let other = Env::new();
+    let c = other.unique("rv-to-c");
+    other.ok(&["up", &c, "--git-worktree", repo.to_str().unwrap(), "--branch", "feature-c"]);
+    let feature_c = git(&repo, &["rev-parse", "feature-c"]);
+    let err = env.fails(&["merge", &a, "--into", "feature-c"], 4);
+    let worktree_c = other.home.join("workspaces").join(&c);
+    assert!(err.contains(&format!("feature-c is checked out in {}", worktree_c.display())), "{err}");
+    assert!(err.contains(&format!("the worktree of a forage sandbox (worktree forage-{c})")), "{err}");
+    assert_eq!(git(&repo, &["rev-parse", "feature-c"]), feature_c);
+    assert!(!worktree_c.join("fa.txt").exists(), "A's files reached C's worktree");
+    other.ok(&["down", &c, "--discard"]);
+
+    // On a branch of the user's, it lands.
+    git(&repo, &["branch", "mine", "main"]);
+    env.ok(&["merge", &a, "--into", "mine"]);
+    assert_eq!(git(&repo, &["rev-parse", "mine"]), git(&repo, &["rev-parse", &format!("forage-{a}")]));
+    for n in [&a, &b] {
+        env.ok(&["down", n, "--discard"]);
+    }
+    env.assert_nothing_left_but_archives();
+}
+
+/// A direct sandbox over the user's checkout (or a directory inside it)
+/// writes the files `merge` and `apply` would write: both are refused,
+/// naming it, and the checkout stays as it was.
+#[test]
+fn merge_and_apply_refuse_a_checkout_a_direct_sandbox_writes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let (a, d, e) = (env.unique("rv-wr-a"), env.unique("rv-wr-d"), env.unique("rv-wr-e"));
+    env.ok(&["up", &a, "--git-worktree", repo.to_str().unwrap()]);
+    inside(&env, &a, "cd /workspace && echo from-a > fa.txt && git add . && git commit -qm a");
+    env.ok(&["up", &d, "--workspace", repo.to_str().unwrap()]);
+    inside(&env, &d, "echo planted > /workspace/planted.txt");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("planted.txt")).unwrap(),
+        "planted\n",
+        "D does not write the checkout"
+    );
+    let (main, files) = (git(&repo, &["rev-parse", "main"]), checkout_files(&repo));
+
+    let err = env.fails(&["merge", &a], 4);
+    let shown = repo.display();
+    assert!(err.contains(&format!("main is checked out in {shown}")), "{err}");
+    assert!(
+        err.contains(&format!("which is the workspace of sandbox {d}")) && err.contains("nothing was changed"),
+        "{err}"
+    );
+    let err = env.fails(&["apply", &a], 4);
+    assert!(err.contains(&format!("your checkout {shown}, which is the workspace of sandbox {d}")), "{err}");
+    assert_eq!((git(&repo, &["rev-parse", "main"]), checkout_files(&repo)), (main.clone(), files.clone()));
+    env.ok(&["down", &d]);
+
+    // A direct workspace inside the checkout: the checkout holds it.
+    std::fs::create_dir(repo.join("sub")).unwrap();
+    env.ok(&["up", &e, "--workspace", repo.join("sub").to_str().unwrap()]);
+    let err = env.fails(&["merge", &a], 4);
+    assert!(err.contains(&format!("which holds the workspace of sandbox {e}")), "{err}");
+    let err = env.fails(&["apply", &a], 4);
+    assert!(err.contains(&format!("which holds the workspace of sandbox {e}")), "{err}");
+    assert_eq!((git(&repo, &["rev-parse", "main"]), checkout_files(&repo)), (main, files));
+    env.ok(&["down", &e]);
+
+    // No sandbox writes it any more: the work lands.
+    env.ok(&["merge", &a]);
+    assert_eq!(std::fs::read_to_string(repo.join("fa.txt")).unwrap(), "from-a\n");
+    env.ok(&["down", &a]);
+    env.assert_nothing_left_but_archives();
+}
+
+/// What a refused merge must leave exactly as it was: the checkout's files,
+/// its index byte for byte, and what git says of it (untracked and ignored
+/// files too; asked without letting git refresh the index).
+fn checkout_state(repo: &Path) -> (Snapshot, Vec<u8>, String) {
+    let index = std::fs::read(repo.join(".git/index")).unwrap();
+    let status = git(repo, &["--no-optional-locks", "status", "--porcelain", "--ignored", "-uall"]);
+    (checkout_files(repo), index, status)
+}
+
+/// The user commits, on the host, what the index of sandbox worktree `wt`
+/// holds after `ops` (`git update-index` arguments), with git's plumbing:
+/// the sandbox's branch moves to it, and its files in `wt` are the caller's.
+fn commit_on_the_host(wt: &Path, ops: &[&[&str]]) {
+    for op in ops {
+        let mut args = vec!["-c", "core.protectNTFS=false", "update-index"];
+        args.extend_from_slice(op);
+        git(wt, &args);
+    }
+    let tree = git(wt, &["write-tree"]);
+    let commit = git(wt, &["commit-tree", tree.trim(), "-p", "HEAD", "-m", "from the host"]);
+    git(wt, &["update-ref", "HEAD", commit.trim()]);
+}
+
+/// Work whose checkout git refuses half way (a submodule whose
+/// `.gitmodules` libgit2 cannot parse, read only after every other file is
+/// written), or before a file is written (a symlink named like
+/// `.gitmodules` on NTFS), or that would overwrite an ignored file, is
+/// refused before anything of the user's changes, whatever made the commit.
+#[test]
+fn a_merge_git_would_fail_half_way_is_refused_before_a_file_changes() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    std::fs::write(repo.join("b.txt"), "b\n").unwrap();
+    git(&repo, &["add", "b.txt"]);
+    git(&repo, &["commit", "-qm", "b"]);
+    let name = env.unique("rv-half");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    std::fs::write(repo.join("mine.txt"), "untracked\n").unwrap();
+    std::fs::write(repo.join("debug.log"), "ignored\n").unwrap();
+    std::fs::write(repo.join(".git/info/exclude"), "*.env\n").unwrap();
+    std::fs::write(repo.join("secret.env"), "the user's\n").unwrap();
+    let base = git(&repo, &["rev-parse", "main"]);
+    let (wt, branch) = (env.home.join("workspaces").join(&name), format!("forage-{name}"));
+
+    // A change to a.txt, b.txt deleted, c.txt added, and a submodule whose
+    // .gitmodules does not parse.
+    std::fs::write(wt.join("a.txt"), "hostile\n").unwrap();
+    std::fs::remove_file(wt.join("b.txt")).unwrap();
+    std::fs::write(wt.join("c.txt"), "c\n").unwrap();
+    std::fs::write(wt.join(".gitmodules"), "[submodule\n").unwrap();
+    std::fs::create_dir(wt.join("sub")).unwrap();
+    let gitlink = format!("160000,{},sub", base.trim());
+    commit_on_the_host(
+        &wt,
+        &[&["--add", "a.txt", "c.txt", ".gitmodules"], &["--remove", "b.txt"], &["--add", "--cacheinfo", &gitlink]],
+    );
+    let tree = git(&repo, &["ls-tree", &branch]);
+    assert!(tree.contains(&format!("160000 commit {}\tsub", base.trim())) && tree.contains(".gitmodules"), "{tree}");
+    assert_eq!(git(&repo, &["show", &format!("{branch}:.gitmodules")]), "[submodule\n");
+
+    let before = checkout_state(&repo);
+    let err = env.fails(&["merge", &name], 4);
+    assert!(err.contains("git's checkout refuses the work's files (failed to parse config file"), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(checkout_state(&repo), before, "the checkout changed");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), base);
+
+    // A symlink git refuses to check out, named as `.gitmodules` on NTFS.
+    std::fs::remove_file(wt.join(".gitmodules")).unwrap();
+    std::fs::remove_dir(wt.join("sub")).unwrap();
+    std::os::unix::fs::symlink("a.txt", wt.join("gitmod~1")).unwrap();
+    std::fs::write(env.path("target"), "a.txt").unwrap();
+    let target = git(&repo, &["hash-object", "-w", env.path("target").to_str().unwrap()]);
+    let link = format!("120000,{},gitmod~1", target.trim());
+    commit_on_the_host(&wt, &[&["--force-remove", "sub", ".gitmodules"], &["--add", "--cacheinfo", &link]]);
+    assert!(git(&repo, &["ls-tree", &branch]).contains("120000 blob"), "no symlink on {branch}");
+    let err = env.fails(&["merge", &name], 4);
+    assert!(err.contains("invalid path 'gitmod~1'") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(checkout_state(&repo), before, "the checkout changed");
+
+    // A file the user's git ignores, where the work adds one.
+    std::fs::remove_file(wt.join("gitmod~1")).unwrap();
+    std::fs::write(wt.join("secret.env"), "the agent's\n").unwrap();
+    commit_on_the_host(&wt, &[&["--force-remove", "gitmod~1"], &["--add", "secret.env"]]);
+    let err = env.fails(&["merge", &name], 4);
+    assert!(err.contains("\"secret.env\" is in the way") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(checkout_state(&repo), before, "the checkout changed");
+    assert_eq!(std::fs::read_to_string(repo.join("secret.env")).unwrap(), "the user's\n");
+
+    // Out of the way, it lands whole.
+    std::fs::remove_file(repo.join("secret.env")).unwrap();
+    env.ok(&["merge", &name]);
+    assert_eq!(git(&repo, &["rev-parse", "main"]), git(&repo, &["rev-parse", &branch]));
+    assert_eq!(std::fs::read_to_string(repo.join("secret.env")).unwrap(), "the agent's\n");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "?? mine.txt\n");
+    env.ok(&["down", &name]);
+    env.assert_nothing_left_but_archives();
+}
+
+/// `forage-ctl ARGS` in a mount namespace of its own, where `dir` is mounted
+/// read-only over itself (a fault no check before a checkout can foresee,
+/// which root, who runs the tests, cannot write through).
+fn with_read_only(env: &Env, dir: &Path, args: &[&str]) -> std::process::Output {
+    const SCRIPT: &str = r#"d=$1; shift
+        mount --bind "$d" "$d" && mount -o remount,bind,ro "$d" || exit 98
+        if touch "$d/.probe" 2>/dev/null; then echo "$d is still writable" >&2; exit 99; fi
+        exec "$@""#;
+    let template = env.cmd(args);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", SCRIPT, "sh"]).arg(dir).arg(BIN).args(args);
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.stdin(std::process::Stdio::null()).output().unwrap()
+}
+
+/// A checkout that fails half way for a reason no rehearsal foresees (here a
+/// directory of the checkout that cannot be written) puts back every file
+/// it had changed, deletes those it had added, restores the index byte for
+/// byte, and says so; the branch does not move.
+#[test]
+fn a_checkout_that_fails_half_way_puts_every_file_back() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    std::fs::create_dir(repo.join("ro")).unwrap();
+    std::fs::write(repo.join("ro/f.txt"), "f\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "b\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-qm", "more"]);
+    let name = env.unique("rv-back");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    inside(
+        &env,
+        &name,
+        "cd /workspace && echo changed > a.txt && git rm -q b.txt && echo c > c.txt && mkdir -p new/deep \
+        && echo f > new/deep/f.txt && echo changed > ro/f.txt && git add -A && git commit -qm work",
+    );
+    std::fs::write(repo.join("mine.txt"), "untracked\n").unwrap();
+    std::fs::write(repo.join("debug.log"), "ignored\n").unwrap();
+    let (main, before) = (git(&repo, &["rev-parse", "main"]), checkout_state(&repo));
+
+    let out = with_read_only(&env, &repo.join("ro"), &["merge", &name]);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ro/f.txt' for writing: Read-only file system"), "{err}");
+    // What the checkout had written before it failed, each put back.
+    let written = ["\"a.txt\"", "\"b.txt\"", "\"c.txt\"", "\"new/deep/f.txt\""].join(", ");
+    assert!(
+        err.contains(&format!(
+            "main did not move, and every file the checkout had changed was put back as it was ({written})"
+        )),
+        "{err}"
+    );
+    assert_eq!(checkout_state(&repo), before, "the checkout was not put back");
+    assert!(!repo.join("new").exists(), "a directory the checkout made was left");
+    assert_eq!(git(&repo, &["rev-parse", "main"]), main);
+
+    // Writable again, it lands.
+    env.ok(&["merge", &name]);
+    assert_eq!(std::fs::read_to_string(repo.join("ro/f.txt")).unwrap(), "changed\n");
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "?? mine.txt\n");
+    env.ok(&["down", &name]);
+    env.assert_nothing_left_but_archives();
+}

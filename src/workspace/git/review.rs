@@ -1,16 +1,21 @@
 //! git mode's side of the review commands (`workspace::review`): the work is
 //! the host's `forage-<name>` (as the last sync left it) plus the worktree's
 //! files read as untrusted data; landing moves the user's branch in the
-//! checkout that has it, refusing a dirty one.
+//! checkout that has it, all or nothing (`checkout`), refusing a dirty one and
+//! one a sandbox's agent writes.
 
-use std::path::PathBuf;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 
-use git2::{BranchType, Oid, Repository, StatusOptions};
+use git2::{BranchType, Oid, ReferenceType, Repository, StatusOptions};
 
 use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
+use super::super::untrusted::remove_created_dir;
 use super::super::worktree_files::{self, Known, Reading};
+use super::checkout::{check_out_all_or_nothing, Change};
 use super::{ws_err, GitWorkspace};
 use crate::error::{Error, Result};
+use crate::host_paths::resolved;
 
 impl Review for GitWorkspace {
     fn repository(&self) -> Result<Repository> {
@@ -47,6 +52,10 @@ impl Review for GitWorkspace {
             .map_err(|_| Error::not_found(format!("there is no branch {target:?} to land the work on")))
     }
 
+    fn landing_checkout(&self, repo: &Repository, target: &str) -> Result<Option<PathBuf>> {
+        Ok(landing_checkout(repo, target)?.and_then(|c| c.workdir().map(Path::to_path_buf)))
+    }
+
     fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()> {
         let refname = format!("refs/heads/{}", plan.target);
         let (before, after) = (plan.before_id()?, plan.commit_id()?);
@@ -59,27 +68,44 @@ impl Review for GitWorkspace {
             ))
             .hint("run the merge again"));
         }
-        if let Some(checkout) = checked_out_in(repo, &refname)? {
-            refuse_dirty(&checkout, &plan.target)?;
-            let commit = checkout.find_object(after, None).map_err(ws_err)?;
-            let mut dry = git2::build::CheckoutBuilder::new();
-            dry.safe().dry_run();
-            checkout.checkout_tree(&commit, Some(&mut dry)).map_err(|e| would_overwrite(&plan.target, e))?;
-            let mut real = git2::build::CheckoutBuilder::new();
-            real.safe();
-            checkout.checkout_tree(&commit, Some(&mut real)).map_err(|e| would_overwrite(&plan.target, e))?;
+        let checkout = landing_checkout(repo, &plan.target)?;
+        if checkout.as_ref().and_then(Repository::workdir) != plan.checkout.as_deref() {
+            return Err(Error::conflict(format!(
+                "where {} is checked out changed since forage checked that no agent writes there; nothing was changed",
+                plan.target
+            ))
+            .hint("run the merge again"));
         }
         let message = format!("forage: merge of sandbox {}", plan.sandbox);
-        repo.reference_matching(&refname, after, true, before, &message)
-            .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))?;
-        Ok(())
+        let move_branch = || {
+            repo.reference_matching(&refname, after, true, before, &message)
+                .map(|_| ())
+                .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))
+        };
+        let Some(checkout) = checkout else { return move_branch() };
+        refuse_dirty(&checkout, &plan.target)?;
+        let workdir = checkout.workdir().ok_or_else(|| ws_err("the checkout has no working directory"))?;
+        let tree = |id: Oid| repo.find_commit(id).and_then(|c| c.tree()).map_err(ws_err);
+        let change = Change::between(repo, &tree(before)?, &tree(after)?)?;
+        change.refuse_in_the_way(workdir, &plan.target)?;
+        self.rehearse(&checkout, &change, after)?;
+        let commit = checkout.find_object(after, None).map_err(ws_err)?;
+        check_out_all_or_nothing(&checkout, &change, &commit, &plan.target, move_branch)
     }
 
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>> {
-        if repo.is_bare() {
+        let Some(workdir) = repo.workdir() else {
             return Err(Error::usage(format!(
                 "{} is a bare repository: it has no checkout to apply the work to",
                 self.repo.display()
+            )));
+        };
+        // The caller checked that no agent writes `self.repo`: apply there only.
+        if resolved(workdir) != resolved(&self.repo) {
+            return Err(Error::conflict(format!(
+                "the working directory of {} is now {}, not the checkout forage checked; nothing was changed",
+                self.repo.display(),
+                workdir.display()
             )));
         }
         super::super::review::apply_to_workdir(
@@ -113,11 +139,81 @@ impl GitWorkspace {
             .collect()
     }
 
+    /// Rehearses `change` (see `checkout::rehearse`) in a directory of the
+    /// sandbox's private directory, which no container mounts.
+    fn rehearse(&self, checkout: &Repository, change: &Change, commit: Oid) -> Result<()> {
+        let private = self.private.as_deref().ok_or_else(|| ws_err("the sandbox has no private directory"))?;
+        let scratch = private.join("merge-rehearsal");
+        let clear = || remove_created_dir(&scratch, private).map_err(ws_err);
+        clear()?;
+        std::fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(ws_err)?;
+        let rehearsed = super::checkout::rehearse(checkout, &scratch, change, commit);
+        let cleared = clear();
+        rehearsed?;
+        cleared
+    }
+
     /// The branch the sandbox was made from, if it still exists.
     fn target_branch(&self, repo: &Repository) -> Option<String> {
         let name = self.base_ref.as_deref()?.strip_prefix("refs/heads/")?;
         repo.find_branch(name, BranchType::Local).ok().map(|_| name.to_owned())
     }
+}
+
+/// The checkout where landing on branch `target` writes files: the one
+/// (main or linked worktree) that has it checked out, if any. Refuses a name
+/// that is no branch name or a symbolic ref (which would land elsewhere than
+/// it says), and a branch checked out in a forage sandbox's worktree.
+fn landing_checkout(repo: &Repository, target: &str) -> Result<Option<Repository>> {
+    let refname = format!("refs/heads/{target}");
+    if !git2::Reference::is_valid_name(&refname) {
+        return Err(Error::usage(format!("{target:?} is not a valid branch name")));
+    }
+    if let Ok(r) = repo.find_reference(&refname) {
+        if r.kind() == Some(ReferenceType::Symbolic) {
+            let to = r.symbolic_target().ok().flatten().unwrap_or("another ref").to_owned();
+            return Err(Error::usage(format!(
+                "branch {target:?} is a symbolic ref to {to}; pass the branch it points to"
+            )));
+        }
+    }
+    refuse_sandbox_worktrees(repo, &refname, target)?;
+    checked_out_in(repo, &refname)
+}
+
+/// Refuses `refname` when a linked worktree that is a forage sandbox's
+/// (made by this FORAGE_HOME or another) has it checked out: the agent writes
+/// there. Read from each worktree's entry in the repository (the host's),
+/// never from the worktree's directory.
+fn refuse_sandbox_worktrees(repo: &Repository, refname: &str, target: &str) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(repo.commondir().join("worktrees")) else { return Ok(()) };
+    for entry in entries.flatten() {
+        let id = entry.file_name().to_string_lossy().into_owned();
+        let head = std::fs::read_to_string(entry.path().join("HEAD")).unwrap_or_default();
+        if head.trim_end().strip_prefix("ref: ") != Some(refname) {
+            continue;
+        }
+        let gitdir = std::fs::read_to_string(entry.path().join("gitdir")).unwrap_or_default();
+        let dir = Path::new(gitdir.trim_end()).parent().unwrap_or(Path::new("")).to_path_buf();
+        if id.starts_with("forage-") || in_a_forage_home(&dir) {
+            return Err(Error::conflict(format!(
+                "{target} is checked out in {}, the worktree of a forage sandbox (worktree {id}), where its agent writes: forage never writes files there; nothing was changed",
+                dir.display()
+            ))
+            .hint("land the work on another branch with --into BRANCH, or take that sandbox down first with the forage-ctl (and FORAGE_HOME) that made it"));
+        }
+    }
+    Ok(())
+}
+
+/// True when `dir` lies under the `workspaces` directory of a FORAGE_HOME
+/// (one that holds `sandboxes/` or `private/`), as it is named or really is.
+fn in_a_forage_home(dir: &Path) -> bool {
+    [dir.to_path_buf(), resolved(dir)].iter().any(|d| {
+        d.ancestors().skip(1).filter(|a| a.file_name().is_some_and(|n| n == "workspaces")).any(|workspaces| {
+            workspaces.parent().is_some_and(|home| home.join("sandboxes").is_dir() || home.join("private").is_dir())
+        })
+    })
 }
 
 /// The checkout (the main worktree or a linked one) that has `refname`
@@ -176,10 +272,39 @@ fn refuse_dirty(checkout: &Repository, target: &str) -> Result<()> {
     .hint("commit or stash them first"))
 }
 
-fn would_overwrite(target: &str, e: git2::Error) -> Error {
-    Error::conflict(format!(
-        "landing on {target} would overwrite files in its checkout that git does not track ({}); nothing was changed",
-        e.message()
-    ))
-    .hint("move those files away first")
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symbolic_ref_or_a_name_git_refuses_is_no_place_to_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_tree(repo.index().unwrap().write_tree().unwrap()).unwrap();
+        let commit = repo.commit(None, &sig, &sig, "c", &tree, &[]).unwrap();
+        repo.reference("refs/heads/feature-b", commit, true, "t").unwrap();
+        repo.reference_symbolic("refs/heads/alias", "refs/heads/feature-b", true, "t").unwrap();
+        let e = landing_checkout(&repo, "alias").err().unwrap();
+        assert!(e.to_string().contains("is a symbolic ref to refs/heads/feature-b"), "{e}");
+        let e = landing_checkout(&repo, "a..b").err().unwrap();
+        assert!(e.to_string().contains("not a valid branch name"), "{e}");
+        assert!(landing_checkout(&repo, "feature-b").unwrap().is_none(), "checked out nowhere");
+    }
+
+    #[test]
+    fn a_worktree_under_any_forage_homes_workspaces_is_a_sandboxs() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("elsewhere/forage");
+        std::fs::create_dir_all(home.join("sandboxes")).unwrap();
+        std::fs::create_dir_all(home.join("workspaces/x")).unwrap();
+        std::fs::create_dir_all(dir.path().join("mine/workspaces/y")).unwrap();
+        assert!(in_a_forage_home(&home.join("workspaces/x")));
+        assert!(in_a_forage_home(&home.join("workspaces/x/deeper")));
+        // A directory named `workspaces` of the user's is no FORAGE_HOME's.
+        assert!(!in_a_forage_home(&dir.path().join("mine/workspaces/y")));
+        // Named through a symlink, it is where it really is.
+        std::os::unix::fs::symlink(home.join("workspaces"), dir.path().join("link")).unwrap();
+        assert!(in_a_forage_home(&dir.path().join("link/x")));
+    }
 }
