@@ -548,26 +548,32 @@ fn merge_and_apply_refuse_a_checkout_a_direct_sandbox_writes() {
     let (a, d, e) = (env.unique("rv-wr-a"), env.unique("rv-wr-d"), env.unique("rv-wr-e"));
     env.ok(&["up", &a, "--git-worktree", repo.to_str().unwrap()]);
     inside(&env, &a, "cd /workspace && echo from-a > fa.txt && git add . && git commit -qm a");
-    env.ok(&["up", &d, "--workspace", repo.to_str().unwrap()]);
+    // A direct sandbox over the main checkout is refused outright while A
+    // borrows the repository's objects (its agent could swap them).
+    let err = env.fails(&["up", &d, "--workspace", repo.to_str().unwrap()], 4);
+    assert!(err.contains(".git/objects") && err.contains(&a), "{err}");
+    // Over a linked worktree of the user's, it is allowed; merging into the
+    // branch checked out there is not.
+    let linked = env.path("repo-feature");
+    git(&repo, &["worktree", "add", "-q", "-b", "feature", linked.to_str().unwrap()]);
+    env.ok(&["up", &d, "--workspace", linked.to_str().unwrap()]);
     inside(&env, &d, "echo planted > /workspace/planted.txt");
     assert_eq!(
-        std::fs::read_to_string(repo.join("planted.txt")).unwrap(),
+        std::fs::read_to_string(linked.join("planted.txt")).unwrap(),
         "planted\n",
         "D does not write the checkout"
     );
-    let (main, files) = (git(&repo, &["rev-parse", "main"]), checkout_files(&repo));
-
-    let err = env.fails(&["merge", &a], 4);
-    let shown = repo.display();
-    assert!(err.contains(&format!("main is checked out in {shown}")), "{err}");
+    let (feature, files) = (git(&repo, &["rev-parse", "feature"]), checkout_files(&linked));
+    let err = env.fails(&["merge", &a, "--into", "feature"], 4);
+    let shown = linked.display();
+    assert!(err.contains(&format!("feature is checked out in {shown}")), "{err}");
     assert!(
         err.contains(&format!("which is the workspace of sandbox {d}")) && err.contains("nothing was changed"),
         "{err}"
     );
-    let err = env.fails(&["apply", &a], 4);
-    assert!(err.contains(&format!("your checkout {shown}, which is the workspace of sandbox {d}")), "{err}");
-    assert_eq!((git(&repo, &["rev-parse", "main"]), checkout_files(&repo)), (main.clone(), files.clone()));
+    assert_eq!((git(&repo, &["rev-parse", "feature"]), checkout_files(&linked)), (feature, files));
     env.ok(&["down", &d]);
+    let (main, files) = (git(&repo, &["rev-parse", "main"]), checkout_files(&repo));
 
     // A direct workspace inside the checkout: the checkout holds it.
     std::fs::create_dir(repo.join("sub")).unwrap();
