@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::Engine;
 use crate::error::{Error, Result};
+use crate::host_paths::pin::Pin;
 use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Runtime;
@@ -258,22 +259,25 @@ impl<R: Runtime> Engine<R> {
     /// What every sandbox of this FORAGE_HOME holds and can write: from each
     /// record (or, for a record forage cannot read, the workspace `up` noted
     /// beside it), the workspace's own mounts, and the container's writable
-    /// mounts as the engine has them.
+    /// mounts: as the record's pins have them, or (a record of an older forage,
+    /// or one forage cannot read) as the engine has them.
     async fn agent_reach(&self) -> Result<AgentReach> {
         let (records, bad) = self.home.load_all()?;
-        let mut sandboxes: Vec<(SandboxName, String, WorkspaceRecord)> =
-            records.into_iter().map(|r| (r.name, r.container, r.workspace)).collect();
+        let mut sandboxes: Vec<(SandboxName, String, WorkspaceRecord, Vec<Pin>)> =
+            records.into_iter().map(|r| (r.name, r.container, r.workspace, r.pins)).collect();
         for b in bad {
             if let Some(ws) = self.home.workspace_sidecar(&b.name) {
-                sandboxes.push((b.name.clone(), b.name.container(), ws));
+                sandboxes.push((b.name.clone(), b.name.container(), ws, Vec::new()));
             }
         }
         let guard = super::plan::guard(&self.home, &self.settings);
         let mut reach = AgentReach::default();
-        for (name, container, ws) in sandboxes {
+        for (name, container, ws, pins) in sandboxes {
             let mut writable: Vec<PathBuf> =
                 ws.mounts(false, &guard).into_iter().filter(|m| !m.read_only).map(|m| m.source).collect();
-            if let Some(details) = self.runtime.inspect(&container).await? {
+            if !pins.is_empty() {
+                writable.extend(pins.into_iter().filter(|p| p.writable).map(|p| p.path));
+            } else if let Some(details) = self.runtime.inspect(&container).await? {
                 writable.extend(details.mounts.into_iter().filter(|m| !m.read_only).map(|m| m.source));
             }
             reach.add(name.as_str(), &ws, writable);
