@@ -14,6 +14,7 @@
 //! caller holds. forage only ever touches the branch and the worktree it created,
 //! and never prunes other worktrees.
 
+mod fsck;
 pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
