@@ -301,12 +301,12 @@ const SPARSE_SLACK: u64 = 1 << 20;
 /// whoever reads it whole. `Err` says which it is.
 pub fn check_size(st: &FileStat, limit: u64) -> std::result::Result<u64, String> {
     let size = u64::try_from(st.st_size).unwrap_or(0);
-    if size > limit {
-        return Err(format!("is {size} bytes, more than the {limit} forage reads"));
-    }
     let allocated = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
     if size > allocated.saturating_add(SPARSE_SLACK) {
         return Err(format!("is sparse ({size} bytes, {allocated} of them on disk), which git never writes"));
+    }
+    if size > limit {
+        return Err(format!("is {size} bytes, more than the {limit} forage reads"));
     }
     Ok(size)
 }

@@ -80,6 +80,7 @@ impl<'a> Walk<'a> {
     /// Checks everything `tips` (commits) reach that the host lacks.
     pub fn run(mut self, tips: &[Oid]) -> Result<Found, String> {
         for tip in tips {
+            self.check_tip(*tip)?;
             self.stack.push(Frame::Visit { id: *tip, want: ObjectType::Commit, shaped: false });
             while let Some(frame) = self.stack.pop() {
                 match frame {
@@ -90,6 +91,19 @@ impl<'a> Walk<'a> {
         }
         self.check_special_blobs()?;
         Ok(self.found)
+    }
+
+    /// A tip must be a commit: a ref of the agent's naming anything else is
+    /// refused with what it names.
+    fn check_tip(&self, tip: Oid) -> Result<(), String> {
+        let kind = match self.host.exists_ext(tip, OdbLookupFlags::NO_REFRESH) {
+            true => self.host.read_header(tip).map(|(_, kind)| kind).ok(),
+            false => self.agent.read(tip)?.map(|(kind, _)| kind),
+        };
+        match kind {
+            Some(ObjectType::Commit) | None => Ok(()),
+            Some(kind) => Err(format!("the agent's ref points at a {kind} ({tip}), not a commit")),
+        }
     }
 
     fn visit(&mut self, id: Oid, want: ObjectType, shaped: bool) -> Result<(), String> {
@@ -282,10 +296,9 @@ impl<'a> Walk<'a> {
 type BlobCheck = fn(&[u8]) -> Result<(), String>;
 
 fn expect_kind(id: Oid, kind: ObjectType, want: ObjectType) -> Result<(), String> {
-    match (kind == want, want) {
-        (true, _) => Ok(()),
-        (false, ObjectType::Commit) => Err(format!("the agent's ref points at a {kind} ({id}), not a commit")),
-        (false, _) => Err(format!("object {id} refused: it is a {kind}, where a {want} belongs")),
+    match kind == want {
+        true => Ok(()),
+        false => Err(format!("object {id} refused: it is a {kind}, where a {want} belongs")),
     }
 }
 
