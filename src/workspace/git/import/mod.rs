@@ -4,11 +4,11 @@
 //! The private store is the agent's to write, so it is never opened as a
 //! repository (that would honour its `alternates`, `commondir`, config): its
 //! objects are read as untrusted data (`store`), every size bounded before it
-//! is read. A first pass (`walk`) reads everything the tips reach that the
-//! host lacks, checks each object against its id and by git's own fsck rules
-//! (`super::fsck`), and counts it; only if all of it passes does the second
-//! (`pack`) write it, as one pack, into the host's object store. A refused
-//! tip writes nothing.
+//! is read. The walk (`walk`) reads everything the tips reach that the host
+//! lacks, once, checks each object against its id and by git's own fsck rules
+//! (`super::fsck`), counts it, and spools its pack entry (`pack`); only if
+//! all of it passes is the spool written, as one pack, into the host's object
+//! store. A refused tip writes nothing.
 
 mod pack;
 mod store;
@@ -76,10 +76,18 @@ impl Staged {
     /// Imports everything `tips` reach that the host lacks, every object checked.
     pub fn import(&self, host: &Repository, tips: &[Oid]) -> Result<Imported> {
         let odb = host.odb().map_err(err)?;
-        let found = walk::Walk::new(&self.objects, &odb).run(tips).map_err(refused)?;
-        if !found.new_objects.is_empty() {
-            pack::write_pack(&odb, &self.objects, &found.new_objects).map_err(refused)?;
+        let started = std::time::Instant::now();
+        let spool_path = self.dir.join("pack.spool");
+        let mut spool = pack::Spool::create(&spool_path).map_err(err)?;
+        let found = walk::Walk::new(&self.objects, &odb, Some(&mut spool)).run(tips);
+        let found = found.map_err(refused)?;
+        tracing::debug!("import: {} new objects checked in {:?}", found.objects, started.elapsed());
+        if found.objects > 0 {
+            let started = std::time::Instant::now();
+            spool.write_into(&odb).map_err(refused)?;
+            tracing::debug!("import: pack written in {:?}", started.elapsed());
         }
+        std::fs::remove_file(&spool_path).map_err(err)?;
         Ok(imported(found))
     }
 
@@ -87,12 +95,12 @@ impl Staged {
     /// nothing to the host.
     pub fn look(&self, host: &Repository, tips: &[Oid]) -> Result<Imported> {
         let odb = host.odb().map_err(err)?;
-        walk::Walk::new(&self.objects, &odb).run(tips).map(imported).map_err(refused)
+        walk::Walk::new(&self.objects, &odb, None).run(tips).map(imported).map_err(refused)
     }
 }
 
 fn imported(found: walk::Found) -> Imported {
-    Imported { objects: found.new_objects.len(), commits: found.commits, change_ids: found.change_ids }
+    Imported { objects: found.objects, commits: found.commits, change_ids: found.change_ids }
 }
 
 impl Drop for Staged {

@@ -5,8 +5,8 @@
 //! way first and their total bounded, into a staging directory forage owns,
 //! and only those copies are read by libgit2 (which maps them: a pack the
 //! agent truncated under the mapping would crash forage). Every object read
-//! is checked against its id, so one the agent changes between two reads is
-//! caught at the second.
+//! is checked against its id; the import reads each once, and writes what it
+//! read (see `pack`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use git2::{ObjectType, Odb, OdbLookupFlags, Oid};
 
 use super::super::fsck::{self, EntryKind, Special};
+use super::pack::Spool;
 use super::store::{AgentObjects, MAX_OBJECT_BYTES};
 
 /// The most objects one import brings: a hundred thousand commits with a
@@ -26,8 +27,8 @@ pub const MAX_PATH_BYTES: u32 = 4095;
 /// What the check pass found.
 #[derive(Debug, Default)]
 pub struct Found {
-    /// The agent's objects the host lacks, to be written.
-    pub new_objects: Vec<Oid>,
+    /// How many of the agent's objects the host lacks.
+    pub objects: usize,
     /// The commits among them, each with the first line of its message.
     pub commits: Vec<(Oid, String)>,
     /// The jj change id each such commit carries.
@@ -67,14 +68,18 @@ pub struct Walk<'a> {
     bytes: usize,
     gitmodules: HashSet<Oid>,
     gitattributes: HashSet<Oid>,
+    /// Where each new object goes once checked, when importing.
+    spool: Option<&'a mut Spool>,
     found: Found,
 }
 
 impl<'a> Walk<'a> {
-    pub fn new(agent: &'a AgentObjects, host: &'a Odb<'a>) -> Walk<'a> {
+    /// A walk that checks only, or (with `spool`) also spools what passed.
+    pub fn new(agent: &'a AgentObjects, host: &'a Odb<'a>, spool: Option<&'a mut Spool>) -> Walk<'a> {
         let (nodes, open, stack) = (HashMap::new(), HashSet::new(), Vec::new());
         let (gitmodules, gitattributes) = (HashSet::new(), HashSet::new());
-        Walk { agent, host, nodes, open, stack, bytes: 0, gitmodules, gitattributes, found: Found::default() }
+        let found = Found::default();
+        Walk { agent, host, nodes, open, stack, bytes: 0, gitmodules, gitattributes, spool, found }
     }
 
     /// Checks everything `tips` (commits) reach that the host lacks.
@@ -126,20 +131,23 @@ impl<'a> Walk<'a> {
             format!("{id} is in neither the agent's repository nor the host's (a {want} belongs there)")
         })?;
         expect_kind(id, kind, want)?;
-        self.count(id, data.len())?;
+        self.count(data.len())?;
         let refused = |why: String| format!("object {id} refused: {why}");
         match kind {
-            ObjectType::Commit => self.open_commit(id, &data).map_err(refused),
-            ObjectType::Tree => self.open_agent_tree(id, &data).map_err(refused),
+            ObjectType::Commit => self.open_commit(id, &data).map_err(refused)?,
+            ObjectType::Tree => self.open_agent_tree(id, &data).map_err(refused)?,
             _ => {
                 self.nodes.insert(id, Node { kind, shape: None });
-                Ok(())
             }
+        }
+        match &mut self.spool {
+            Some(spool) => spool.add(kind, &data).map_err(|e| format!("spooling the pack: {e}")),
+            None => Ok(()),
         }
     }
 
     /// Counts an object of the agent's the host lacks, within the bounds.
-    fn count(&mut self, id: Oid, size: usize) -> Result<(), String> {
+    fn count(&mut self, size: usize) -> Result<(), String> {
         self.bytes += size;
         if self.bytes > MAX_IMPORT_BYTES {
             return Err(format!(
@@ -147,12 +155,12 @@ impl<'a> Walk<'a> {
                 MAX_IMPORT_BYTES >> 30
             ));
         }
-        if self.found.new_objects.len() >= MAX_IMPORT_OBJECTS {
+        if self.found.objects >= MAX_IMPORT_OBJECTS {
             return Err(format!(
                 "the agent's new objects are more than {MAX_IMPORT_OBJECTS}, the most one import brings"
             ));
         }
-        self.found.new_objects.push(id);
+        self.found.objects += 1;
         Ok(())
     }
 
