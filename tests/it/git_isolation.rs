@@ -274,7 +274,9 @@ fn submodule_metadata_is_out_of_the_agents_reach() {
         lib = lib.display(),
     );
     assert!(inside(&env, &name, &script).contains("DONE"));
-    env.ok(&["sync", &name]);
+    // git's fsck refuses an update command in a .gitmodules (gitmodulesUpdate): so does sync.
+    let err = env.fails(&["sync", &name], 6);
+    assert!(err.contains("disallowed update command"), "{err}");
     git(&repo, &["status"]);
     git(&repo, &["-c", "protocol.file.allow=always", "submodule", "update", "--init"]);
     git(&repo, &["submodule", "status"]);

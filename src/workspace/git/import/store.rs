@@ -200,6 +200,26 @@ mod tests {
     }
 
     #[test]
+    fn packs_are_refused_sparse_or_too_many_before_anything_is_copied() {
+        let t = tempfile::tempdir().unwrap();
+        let (objects, staging) = (t.path().join("objects"), t.path().join("staging"));
+        std::fs::create_dir_all(objects.join("pack")).unwrap();
+        std::fs::create_dir(&staging).unwrap();
+        let pack = |i: usize| objects.join(format!("pack/pack-{i:040}"));
+        std::fs::write(pack(0).with_extension("idx"), b"idx").unwrap();
+        std::fs::File::create(pack(0).with_extension("pack")).unwrap().set_len(1 << 40).unwrap();
+        let e = stage_packs(&Dir::open(&objects).unwrap(), &staging).err().unwrap();
+        assert!(e.contains("sparse") && e.contains("pack-0"), "{e}");
+        std::fs::remove_dir_all(staging.join("pack")).unwrap();
+        for i in 0..=MAX_PACKS {
+            std::fs::write(pack(i).with_extension("idx"), b"idx").unwrap();
+            std::fs::write(pack(i).with_extension("pack"), b"pack").unwrap();
+        }
+        let e = stage_packs(&Dir::open(&objects).unwrap(), &staging).err().unwrap();
+        assert!(e.contains("more than 256 packs"), "{e}");
+    }
+
+    #[test]
     fn loose_objects_are_read_only_as_far_as_they_are_well_formed() {
         let (kind, data) = inflate_loose(&loose(b"blob 3\0abc")[..]).unwrap();
         assert_eq!((kind, data), (ObjectType::Blob, b"abc".to_vec()));
