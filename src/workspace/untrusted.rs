@@ -410,6 +410,23 @@ mod tests {
     }
 
     #[test]
+    fn bounded_reads_and_copies_refuse_big_and_sparse_files_before_reading() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("small"), b"0123456789").unwrap();
+        std::fs::File::create(t.path().join("sparse")).unwrap().set_len(1 << 30).unwrap();
+        let dir = Dir::open(t.path()).unwrap();
+        let into = dir.make_dir("into").unwrap();
+        assert_eq!(dir.copy_bounded_into(OsStr::new("small"), &into, OsStr::new("s"), 10).unwrap(), Some(10));
+        assert_eq!(std::fs::read(t.path().join("into/s")).unwrap(), b"0123456789");
+        let big = dir.copy_bounded_into(OsStr::new("small"), &into, OsStr::new("b"), 9).unwrap_err();
+        assert!(big.to_string().contains("more than the 9"), "{big}");
+        let sparse = dir.open_bounded("sparse", u64::MAX).unwrap_err();
+        assert!(sparse.to_string().contains("sparse"), "{sparse}");
+        assert!(dir.open_bounded("absent", 10).unwrap().is_none());
+        assert_eq!(into.kind("b").unwrap(), None, "nothing is copied of a refused file");
+    }
+
+    #[test]
     fn only_canonical_directories_inside_the_owner_are_deleted() {
         let t = tempfile::tempdir().unwrap();
         let owner = t.path().join("owner");
