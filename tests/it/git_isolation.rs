@@ -746,8 +746,18 @@ fn many_commits_land_as_one_pack_and_sparse_or_padded_objects_cost_the_host_noth
     assert_eq!(repo_state(&repo), before);
     assert_eq!(loose_objects(&repo), loose, "a refused sync wrote objects");
 
+    // The sparse pack again: `status` and `down` still finish, saying what they left.
+    std::fs::File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
+    let status = finishes_within(&env, 60, &["status", &name]);
+    assert!(
+        status.status.success() && String::from_utf8_lossy(&status.stdout).contains("sparse"),
+        "{}",
+        describe(&status)
+    );
     let out = finishes_within(&env, 300, &["down", &name]);
     assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not archived") && err.contains("sparse"), "{err}");
     env.assert_nothing_left_but_archives();
     fsck(&repo);
 }

@@ -47,7 +47,10 @@ pub struct Imported {
 /// The agent's objects, readable by forage alone (see `store`): its packs
 /// copied into a staging directory, removed when dropped.
 pub struct Staged {
-    objects: AgentObjects,
+    /// The objects, or why they cannot be read (a pack over its bound, say):
+    /// then every import and look is refused saying so, and callers that go on
+    /// past a refused place (`status`, `down`) still go on.
+    objects: std::result::Result<AgentObjects, String>,
     dir: std::path::PathBuf,
     owner: std::path::PathBuf,
 }
@@ -59,18 +62,15 @@ impl Staged {
         let owner = staging.parent().ok_or_else(|| err("staging has no parent"))?.to_path_buf();
         remove_created_dir(staging, &owner).map_err(err)?;
         std::fs::create_dir(staging).map_err(err)?;
-        let objects = private_objects
-            .map(Dir::try_clone)
-            .transpose()
-            .map_err(err)
-            .and_then(|held| AgentObjects::new(held, staging).map_err(refused));
-        match objects {
-            Ok(objects) => Ok(Staged { objects, dir: staging.to_path_buf(), owner }),
-            Err(e) => {
-                remove_created_dir(staging, &owner).map_err(err)?;
-                Err(e)
-            }
-        }
+        // Made first, so that the staging directory goes again on any error.
+        let mut staged = Staged { objects: Err(String::new()), dir: staging.to_path_buf(), owner };
+        let held = private_objects.map(Dir::try_clone).transpose().map_err(err)?;
+        staged.objects = AgentObjects::new(held, staging);
+        Ok(staged)
+    }
+
+    fn objects(&self) -> Result<&AgentObjects> {
+        self.objects.as_ref().map_err(|why| refused(why.clone()))
     }
 
     /// Imports everything `tips` reach that the host lacks, every object checked.
@@ -79,7 +79,7 @@ impl Staged {
         let started = std::time::Instant::now();
         let spool_path = self.dir.join("pack.spool");
         let mut spool = pack::Spool::create(&spool_path).map_err(err)?;
-        let found = walk::Walk::new(&self.objects, &odb, Some(&mut spool)).run(tips);
+        let found = walk::Walk::new(self.objects()?, &odb, Some(&mut spool)).run(tips);
         let found = found.map_err(refused)?;
         tracing::debug!("import: {} new objects checked in {:?}", found.objects, started.elapsed());
         if found.objects > 0 {
@@ -95,7 +95,7 @@ impl Staged {
     /// nothing to the host.
     pub fn look(&self, host: &Repository, tips: &[Oid]) -> Result<Imported> {
         let odb = host.odb().map_err(err)?;
-        walk::Walk::new(&self.objects, &odb, None).run(tips).map(imported).map_err(refused)
+        walk::Walk::new(self.objects()?, &odb, None).run(tips).map(imported).map_err(refused)
     }
 }
 
