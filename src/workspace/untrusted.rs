@@ -71,6 +71,11 @@ impl Dir {
         Ok(Dir { fd, path: path.to_path_buf() })
     }
 
+    /// The same directory, by a descriptor of its own.
+    pub fn try_clone(&self) -> io::Result<Dir> {
+        Ok(Dir { fd: self.fd.try_clone()?, path: self.path.clone() })
+    }
+
     /// The host path this directory was reached by, for messages.
     pub fn path(&self) -> &Path {
         &self.path
@@ -236,6 +241,30 @@ impl Dir {
         Ok(true)
     }
 
+    /// Opens the regular file `name` for a bounded read: refused (an error
+    /// naming it) when it is larger than `limit` bytes, or sparse (see
+    /// `check_size`); `None` when absent or not a regular file.
+    pub fn open_bounded(&self, name: impl AsRef<OsStr>, limit: u64) -> io::Result<Option<(File, u64)>> {
+        let name = name.as_ref();
+        let Some((file, st)) = self.open_file(name)? else { return Ok(None) };
+        let size = check_size(&st, limit).map_err(|why| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{} {why}", self.path.join(name).display()))
+        })?;
+        Ok(Some((file, size)))
+    }
+
+    /// Copies the regular file `name` into `into` as `new_name`, as `copy_into`
+    /// does, but only when `open_bounded` allows it, and never more bytes than
+    /// it had then (the agent may still be writing it). Returns the bytes
+    /// copied; `None` when `name` is absent or not a regular file.
+    pub fn copy_bounded_into(&self, name: &OsStr, into: &Dir, new_name: &OsStr, limit: u64) -> io::Result<Option<u64>> {
+        let Some((src, size)) = self.open_bounded(name, limit)? else { return Ok(None) };
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(&into.fd, new_name, flags, Mode::from_bits_truncate(0o600))?;
+        let mut dst = File::from(fd);
+        Ok(Some(io::copy(&mut src.take(size), &mut dst)?))
+    }
+
     /// Gives the user back read access (and for a directory, search and write)
     /// to `name`, which the agent, running as the user's uid, may have taken away.
     /// Never follows a symlink: `name` must be a plain file or directory.
@@ -260,6 +289,26 @@ impl Dir {
         nix::sys::stat::mkdirat(&self.fd, name.as_ref(), Mode::from_bits_truncate(0o700))?;
         self.dir(name.as_ref())?.ok_or_else(|| io::Error::other("a directory just made is gone"))
     }
+}
+
+/// How much larger than its allocated blocks a file may be and still not
+/// count as sparse: small files can live in the inode (ext4's inline data),
+/// and the last block is partly used.
+const SPARSE_SLACK: u64 = 1 << 20;
+
+/// A file's size, if it is at most `limit` bytes and not sparse: a sparse
+/// file costs the agent no disk, yet gigabytes of reading or copying to
+/// whoever reads it whole. `Err` says which it is.
+pub fn check_size(st: &FileStat, limit: u64) -> std::result::Result<u64, String> {
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    let allocated = u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512);
+    if size > allocated.saturating_add(SPARSE_SLACK) {
+        return Err(format!("is sparse ({size} bytes, {allocated} of them on disk), which git never writes"));
+    }
+    if size > limit {
+        return Err(format!("is {size} bytes, more than the {limit} forage reads"));
+    }
+    Ok(size)
 }
 
 /// Deletes the directory `path` that forage made, with everything the agent put
@@ -358,6 +407,23 @@ mod tests {
         assert_eq!(staging.kind("x").unwrap(), None, "a linked symlink is removed again");
         assert!(dir.place_into(OsStr::new("big"), &staging, OsStr::new("y")).unwrap());
         assert_eq!(staging.kind("y").unwrap(), Some(Kind::File));
+    }
+
+    #[test]
+    fn bounded_reads_and_copies_refuse_big_and_sparse_files_before_reading() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("small"), b"0123456789").unwrap();
+        std::fs::File::create(t.path().join("sparse")).unwrap().set_len(1 << 30).unwrap();
+        let dir = Dir::open(t.path()).unwrap();
+        let into = dir.make_dir("into").unwrap();
+        assert_eq!(dir.copy_bounded_into(OsStr::new("small"), &into, OsStr::new("s"), 10).unwrap(), Some(10));
+        assert_eq!(std::fs::read(t.path().join("into/s")).unwrap(), b"0123456789");
+        let big = dir.copy_bounded_into(OsStr::new("small"), &into, OsStr::new("b"), 9).unwrap_err();
+        assert!(big.to_string().contains("more than the 9"), "{big}");
+        let sparse = dir.open_bounded("sparse", u64::MAX).unwrap_err();
+        assert!(sparse.to_string().contains("sparse"), "{sparse}");
+        assert!(dir.open_bounded("absent", 10).unwrap().is_none());
+        assert_eq!(into.kind("b").unwrap(), None, "nothing is copied of a refused file");
     }
 
     #[test]

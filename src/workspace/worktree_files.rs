@@ -344,7 +344,7 @@ impl Walk<'_> {
                 self.out.files.push(FileEntry { path: rel, mode: e.mode(), id: e.id() });
                 continue;
             }
-            if let Err(why) = super::git::import::refused_name(name.as_bytes(), kind == Kind::Symlink) {
+            if let Err(why) = super::git::import::refused_name(name.as_bytes(), kind) {
                 self.skip(&rel, why);
                 continue;
             }

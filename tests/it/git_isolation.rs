@@ -274,7 +274,9 @@ fn submodule_metadata_is_out_of_the_agents_reach() {
         lib = lib.display(),
     );
     assert!(inside(&env, &name, &script).contains("DONE"));
-    env.ok(&["sync", &name]);
+    // git's fsck refuses an update command in a .gitmodules (gitmodulesUpdate): so does sync.
+    let err = env.fails(&["sync", &name], 6);
+    assert!(err.contains("disallowed update command"), "{err}");
     git(&repo, &["status"]);
     git(&repo, &["-c", "protocol.file.allow=always", "submodule", "update", "--init"]);
     git(&repo, &["submodule", "status"]);
@@ -611,4 +613,151 @@ fn refs_the_agent_forges_or_multiplies_cost_down_bounded_work_and_lose_nothing_e
     assert!(!archives.iter().any(|a| a.contains("..") || a.ends_with(".lock")), "{archives:?}");
     fsck(&repo);
     env.assert_nothing_left_but_archives();
+}
+
+/// Makes the agent's branch the commit the script (run inside, after the
+/// `forage-$FORAGE_SANDBOX` branch is reset to `origin/main`) leaves in `$c`,
+/// and prints `$c`'s type (proof the attack object was made and is the tip)
+/// then the script's last line (the object the refusal must name).
+fn plant_tip(env: &Env, name: &str, script: &str) -> String {
+    let out = inside(
+        env,
+        name,
+        &format!(
+            "cd /workspace && git reset -q --hard origin/main && {script}
+             git update-ref refs/heads/forage-$FORAGE_SANDBOX $c && git cat-file -t forage-$FORAGE_SANDBOX && echo $bad"
+        ),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "the attack step did not take effect: {out}");
+    assert_eq!(lines[0], "commit", "the sandbox's branch is not the planted commit: {out}");
+    lines[1].to_owned()
+}
+
+#[test]
+fn objects_git_fsck_or_jj_would_refuse_are_never_imported() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-fsck");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let before = repo_state(&repo);
+    let objects = snapshot(&repo.join(".git/objects"));
+    let blob = "b=$(echo x | git hash-object -w --stdin) && empty=$(git mktree </dev/null)";
+    let commit = "c=$(git commit-tree $t -p HEAD -m attack)";
+    let header = |line: &str| {
+        format!(
+            "{blob} && t=$(printf '100644 blob %s\\tf\\n' $b | git mktree) && \
+             c=$(git cat-file commit HEAD | sed '/^committer/a {line}' | git hash-object -t commit --literally -w --stdin) && bad=$c"
+        )
+    };
+    let attacks = [
+        // A symlink `a` and a directory `a`, with `a.b` between them.
+        (format!("{blob} && t=$(printf '120000 blob %s\\ta\\n100644 blob %s\\ta.b\\n040000 tree %s\\ta\\n' $b $b $empty | git mktree) && bad=$t && {commit}"), "two entries named"),
+        // `.git` as HFS+ sees `.g\u200cit` and as NTFS sees `.git::$INDEX_ALLOCATION`.
+        (format!("{blob} && t=$(printf '040000 tree %s\\t.g\\342\\200\\214it\\n' $empty | git mktree) && bad=$t && {commit}"), "git directory"),
+        (format!("{blob} && t=$(printf '040000 tree %s\\t.git::$INDEX_ALLOCATION\\n' $empty | git mktree) && bad=$t && {commit}"), "git directory"),
+        // A .gitmodules (spelt as its NTFS short name) whose url is an option to ssh.
+        (format!("m=$(printf '[submodule \"s\"]\\n\\tpath = s\\n\\turl = -oProxyCommand=touch${{IFS}}/tmp/pwned\\n' | git hash-object -w --stdin) && t=$(printf '100644 blob %s\\tGITMOD~1\\n' $m | git mktree) && bad=$m && {commit}"), "disallowed url"),
+        // Headers git and jj never write: an unknown one, and a change id in
+        // uppercase (jj reads it as the lowercase one it copies).
+        (header("x-agent: evil"), "x-agent"),
+        (header("change-id ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ"), "change id"),
+        // Trees nested 2049 deep: git's own `ls-tree -r` refuses them.
+        (format!("{blob} && t=$empty && i=0 && while [ $i -le 2048 ]; do t=$(printf '040000 tree %s\\td\\n' $t | git mktree); i=$((i+1)); done && bad=$t && {commit}"), "core.maxTreeDepth"),
+    ];
+    for (script, why) in attacks {
+        let bad = plant_tip(&env, &name, &script);
+        let err = env.fails(&["sync", &name], 6);
+        assert!(err.contains(&bad) && err.contains(why) && err.contains("nothing was imported"), "{why}: {err}");
+        assert_eq!(repo_state(&repo), before, "{why}: a ref moved");
+        assert_eq!(snapshot(&repo.join(".git/objects")), objects, "{why}: the host's objects changed");
+    }
+    let out = finishes_within(&env, 300, &["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    env.assert_nothing_left_but_archives();
+    fsck(&repo);
+}
+
+/// The files of the host's object store outside its packs.
+fn loose_objects(repo: &Path) -> usize {
+    snapshot(&repo.join(".git/objects"))
+        .iter()
+        .filter(|(p, ..)| !p.starts_with("pack") && !p.starts_with("info"))
+        .count()
+}
+
+#[test]
+fn many_commits_land_as_one_pack_and_sparse_or_padded_objects_cost_the_host_nothing() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("gi-sizes");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    // 20,000 commits, each with a tree and a blob of its own, made as one pack
+    // (one pack whatever their number: 20,000 show it within seconds).
+    let script = r#"cd /workspace && tip=$(git rev-parse HEAD) && awk -v tip=$tip -v b=refs/heads/forage-$FORAGE_SANDBOX 'BEGIN {
+        for (i = 1; i <= 20000; i++) {
+            printf "commit %s\ncommitter a <a@example.com> %d +0000\ndata 5\nc%03d\n", b, 1700000000 + i, i % 1000
+            if (i == 1) printf "from %s\n", tip
+            printf "M 100644 inline f\ndata %d\n%d\n\n", length(i "") + 1, i
+        } }' | git fast-import --quiet && git rev-list --count HEAD"#;
+    assert_eq!(inside(&env, &name, script).trim(), "20001", "the agent's 20,000 commits were not made");
+    let (loose, packs) = (loose_objects(&repo), std::fs::read_dir(repo.join(".git/objects/pack")).unwrap().count());
+    let out = finishes_within(&env, 600, &["sync", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("20000 new commits"), "{}", describe(&out));
+    assert_eq!(loose_objects(&repo), loose, "the import wrote loose objects");
+    assert_eq!(std::fs::read_dir(repo.join(".git/objects/pack")).unwrap().count(), packs + 2, "one pack and its index");
+    assert_eq!(git(&repo, &["rev-list", "--count", &format!("forage-{name}")]).trim(), "20001");
+
+    // A pack of 1 TiB that costs the agent nothing (made from the host side:
+    // the image has no truncate; the bind mount is the same directory).
+    let before = repo_state(&repo);
+    let pack_dir = env.home.join("private").join(&name).join("git/objects/pack");
+    let sparse = pack_dir.join(format!("pack-{}.pack", "0".repeat(40)));
+    std::fs::File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
+    std::fs::write(pack_dir.join(format!("pack-{}.idx", "0".repeat(40))), b"idx").unwrap();
+    let c =
+        inside(&env, &name, "cd /workspace && echo more > g && git add g && git commit -qm more && git rev-parse HEAD");
+    assert_eq!(c.len(), 41, "the agent's next commit was not made: {c}");
+    let out = finishes_within(&env, 60, &["sync", &name]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    assert!(err.contains("sparse") && err.contains(sparse.file_name().unwrap().to_str().unwrap()), "{err}");
+    assert_eq!(repo_state(&repo), before);
+    assert!(!env.home.join("private").join(&name).join("import").exists(), "the staging copy was left");
+    std::fs::remove_file(&sparse).unwrap();
+
+    // A loose object padded to 3 GiB (sparse: the padding costs the agent nothing).
+    let blob = inside(
+        &env,
+        &name,
+        "cd /workspace && echo padded > h && git add h && git commit -qm padded && git rev-parse HEAD:h",
+    );
+    let blob = blob.trim();
+    let file = env.home.join("private").join(&name).join("git/objects").join(&blob[..2]).join(&blob[2..]);
+    let mut perms = std::fs::metadata(&file).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o644);
+    std::fs::set_permissions(&file, perms).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(3 << 30).unwrap();
+    let out = finishes_within(&env, 60, &["sync", &name]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    assert!(err.contains(&blob[2..]) && (err.contains("sparse") || err.contains("more than")), "{err}");
+    assert_eq!(repo_state(&repo), before);
+    assert_eq!(loose_objects(&repo), loose, "a refused sync wrote objects");
+
+    // The sparse pack again: `status` and `down` still finish, saying what they left.
+    std::fs::File::create(&sparse).unwrap().set_len(1 << 40).unwrap();
+    let status = finishes_within(&env, 60, &["status", &name]);
+    assert!(
+        status.status.success() && String::from_utf8_lossy(&status.stdout).contains("sparse"),
+        "{}",
+        describe(&status)
+    );
+    let out = finishes_within(&env, 300, &["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not archived") && err.contains("sparse"), "{err}");
+    env.assert_nothing_left_but_archives();
+    fsck(&repo);
 }

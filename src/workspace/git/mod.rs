@@ -15,6 +15,7 @@
 //! and never prunes other worktrees.
 
 mod checkout;
+mod fsck;
 pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
