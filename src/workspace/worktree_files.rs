@@ -48,7 +48,15 @@ const MODE_GITLINK: u32 = 0o160000;
 const MAX_DEPTH: usize = 512;
 /// Larger files are listed as skipped rather than archived: an agent can make
 /// a sparse file of any size in no time, which would take forage as long to read.
+/// A file's size is the one it claims (`st_size`), however few blocks a
+/// sparse file holds: that is what reading it costs. Checked before reading.
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// How much of the files' content one walk reads in all, when it only looks or
+/// archives (streamed, never held: this bounds the time, not the memory).
+const MAX_READ_BYTES: u64 = 4 << 30;
+/// How much of the files' content one walk stores for a review, in all: a
+/// review that only looks stores it in memory (`review::in_memory`).
+const MAX_STORED_BYTES: u64 = 256 << 20;
 /// A `.gitignore` larger than this is not read.
 const MAX_IGNORE_FILE: u64 = 1 << 20;
 
@@ -101,6 +109,14 @@ pub enum Reading {
 impl Reading {
     fn stores(self) -> bool {
         self != Reading::Look
+    }
+
+    /// How much of the files' content one walk reads (see `MAX_READ_BYTES`).
+    fn budget(self) -> u64 {
+        match self {
+            Reading::Store => MAX_STORED_BYTES,
+            Reading::Look | Reading::TakeOver => MAX_READ_BYTES,
+        }
     }
 }
 
@@ -180,6 +196,7 @@ fn walk(
         out: WorktreeFiles::default(),
         observed,
         rel: Vec::new(),
+        left: how.budget(),
     };
     walk.run(Dir::open(root).map_err(err)?)?;
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -275,6 +292,8 @@ struct Walk<'a> {
     observed: Option<Observed>,
     /// The path of the directory being walked, from the top.
     rel: Vec<u8>,
+    /// How many more bytes of content this walk may read.
+    left: u64,
 }
 
 impl Walk<'_> {
@@ -506,13 +525,31 @@ impl Walk<'_> {
             return Ok(Some(FileEntry { path: rel, mode, id }));
         }
         let size = st.st_size as u64;
-        if size > MAX_FILE_BYTES {
-            self.skip(&rel, format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+        if let Err(why) = self.take_budget(size) {
+            self.skip(&rel, why);
             self.out.unread.push(rel);
             return Ok(None);
         }
         let id = self.blob(&mut file, size)?;
         Ok(Some(FileEntry { path: rel, mode, id }))
+    }
+
+    /// Counts `size` bytes against what the walk may read, before they are
+    /// read; refused, saying why, past `MAX_FILE_BYTES` for one file or the
+    /// walk's budget for all.
+    fn take_budget(&mut self, size: u64) -> std::result::Result<(), String> {
+        if size > MAX_FILE_BYTES {
+            return Err(format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+        }
+        if size > self.left {
+            let what = if self.how == Reading::Store { "stores for a review" } else { "reads" };
+            return Err(format!(
+                "not read: with it, the files forage {what} would pass {} MiB in all",
+                self.how.budget() >> 20
+            ));
+        }
+        self.left -= size;
+        Ok(())
     }
 
     /// The known id of `rel` if the file did not change since forage learnt it:
@@ -741,5 +778,26 @@ mod tests {
             read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Store).unwrap();
         assert_eq!(written.files[0].id, files.files[0].id);
         assert!(repo.find_blob(written.files[0].id).is_ok());
+    }
+
+    #[test]
+    fn sizes_are_bounded_before_reading_one_file_and_all_together() {
+        let (dir, repo) = repo_with_worktree();
+        super::super::review::in_memory(&repo).unwrap();
+        let wt = dir.path().join("wt");
+        // Sparse: they cost the agent nothing, and count as the size they claim.
+        for name in ["a", "b"] {
+            std::fs::File::create(wt.join(name)).unwrap().set_len(MAX_STORED_BYTES / 2 + 1).unwrap();
+        }
+        std::fs::write(wt.join("c"), "small\n").unwrap();
+        let none = || Known::Snapshot { files: HashMap::new(), since: (0, 0) };
+        let stored = read(&repo, &wt, none(), Reading::Store).unwrap();
+        let names: Vec<&[u8]> = stored.files.iter().map(|f| f.path.as_slice()).collect();
+        assert_eq!(names, [&b"a"[..], b"c"], "{:?}", stored.skipped);
+        assert_eq!(stored.skipped.len(), 1, "{:?}", stored.skipped);
+        let (path, why) = &stored.skipped[0];
+        assert_eq!(path, "b");
+        assert!(why.contains("would pass 256 MiB"), "{why}");
+        assert_eq!(stored.changed_since(&repo, None).unwrap(), ["a", "b", "c"], "what is not read counts as changed");
     }
 }
