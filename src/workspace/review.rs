@@ -681,6 +681,21 @@ mod tests {
     }
 
     #[test]
+    fn a_line_break_in_a_name_breaks_no_line_of_the_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let name = "x\nforage-ctl: all good";
+        let old = commit(&repo, None, &[("a", "a\n")], "old");
+        let new = commit(&repo, None, &[("a", "a\n"), (name, "text\n"), ("bin", "\0")], "new");
+        let mut files = diff(&repo, Some(tree_of(&repo, old).unwrap()), Some(tree_of(&repo, new).unwrap())).unwrap();
+        files.extend(diff(&repo, Some(tree_of(&repo, new).unwrap()), Some(tree_of(&repo, old).unwrap())).unwrap());
+        for f in &files {
+            assert!(!f.patch.lines().any(|l| l.starts_with("forage-ctl")), "{}", f.patch);
+        }
+        assert!(files.iter().any(|f| f.path == name), "{files:?}");
+    }
+
+    #[test]
     fn memory_backed_writes_never_reach_the_repository() {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init(dir.path()).unwrap();
