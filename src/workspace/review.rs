@@ -514,7 +514,7 @@ pub fn apply_to_workdir(checkout: &Repository, old: Oid, new: Oid, what: &str, h
     let dirs = directories_where_files_change(workdir, &diff);
     if !dirs.is_empty() {
         let (verb, them) = if dirs.len() == 1 { ("is a directory", "it") } else { ("are directories", "them") };
-        return Err(refused(&format!("{} {verb} in your {what}, where the change edits a file", dirs.join(", ")))
+        return Err(refused(&format!("{} {verb} there, where the change edits a file", dirs.join(", ")))
             .hint(format!("move {them} aside first, then apply again")));
     }
     let mut check = git2::ApplyOptions::new();
@@ -682,7 +682,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).unwrap();
         let e = apply_to_workdir(&repo, old, new, "checkout", "hint").unwrap_err().to_string();
         assert!(!e.contains("no error"), "{e}");
-        assert!(e.contains("(a is a directory in your checkout, where the change edits a file)"), "{e}");
+        assert!(e.contains("(a is a directory there, where the change edits a file)"), "{e}");
         assert!(std::fs::read_dir(dir.path().join("a")).unwrap().next().is_none(), "nothing was changed");
     }
 
