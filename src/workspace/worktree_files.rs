@@ -309,7 +309,9 @@ impl Walk<'_> {
                 if walk.depth() == 0 {
                     return Ok(());
                 }
-                walk.ascend().map_err(err)?;
+                if let Err(e) = walk.ascend() {
+                    return self.lost_the_way(&walk, e);
+                }
                 self.rel.truncate(walk.data().rel_len);
                 continue;
             };
@@ -327,6 +329,27 @@ impl Walk<'_> {
             }
             self.rel.truncate(above);
         }
+    }
+
+    /// The walk cannot go back up (the agent replaced a directory above while
+    /// it was walked): an archive fails, changing nothing; a look or a review
+    /// lists each directory it had still to walk as skipped, saying why.
+    fn lost_the_way(&mut self, walk: &Descent<Level>, e: std::io::Error) -> Result<()> {
+        if self.how == Reading::TakeOver {
+            return Err(err(e));
+        }
+        let rel = std::mem::take(&mut self.rel);
+        for level in walk.chain() {
+            for name in &level.subdirs {
+                let mut path = rel[..level.rel_len].to_vec();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name.as_bytes());
+                self.skip(&path, format!("not read: {e}"));
+            }
+        }
+        Ok(())
     }
 
     /// Goes into the directory `name` (whose path `self.rel` is already): false
@@ -799,5 +822,44 @@ mod tests {
         assert_eq!(path, "b");
         assert!(why.contains("would pass 256 MiB"), "{why}");
         assert_eq!(stored.changed_since(&repo, None).unwrap(), ["a", "b", "c"], "what is not read counts as changed");
+    }
+
+    #[test]
+    fn a_walk_that_cannot_go_back_up_lists_what_it_had_left_or_fails_an_archive() {
+        let (dir, repo) = repo_with_worktree();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(wt.join("a/b")).unwrap();
+        for how in [Reading::Look, Reading::TakeOver] {
+            let mut walk = Walk {
+                repo: &repo,
+                root: wt.clone(),
+                ignores: Vec::new(),
+                tracked: HashMap::new(),
+                tracked_dirs: HashSet::new(),
+                since: None,
+                jj: false,
+                how,
+                out: WorktreeFiles::default(),
+                observed: None,
+                rel: b"a/b".to_vec(),
+                left: 0,
+            };
+            // Walking a/b, with x and y left to walk at the top and z in a.
+            let top = Level { subdirs: vec!["x".into(), "y".into()], rel_len: 0, rules: None };
+            let mut descent = Descent::new(Dir::open(&wt).unwrap(), top).unwrap();
+            assert!(descent
+                .descend(OsStr::new("a"), Level { subdirs: vec!["z".into()], rel_len: 1, rules: None })
+                .unwrap());
+            let lost = std::io::Error::other("changed while forage walked it");
+            let done = walk.lost_the_way(&descent, lost);
+            if how == Reading::TakeOver {
+                assert!(done.is_err(), "an archive must not go on without what it could not read");
+                continue;
+            }
+            done.unwrap();
+            let skipped: Vec<&str> = walk.out.skipped.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(skipped, ["x", "y", "a/z"]);
+            assert!(walk.out.skipped[0].1.contains("changed while forage walked it"), "{:?}", walk.out.skipped);
+        }
     }
 }
