@@ -19,7 +19,7 @@ fn main() {
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && forage::env::no_color().is_none();
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(color).init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| forage::cli::LogWriter).with_ansi(color).init();
 
     let printer = forage::cli::Printer::new(cli.quiet, cli.json);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");

@@ -141,9 +141,13 @@ impl Home {
         }
     }
 
-    /// Remembers an archive so `restore` can find it (the caller holds the sandbox lock).
+    /// Remembers an archive so `restore` can find it (the caller holds the
+    /// sandbox lock); one remembered already (a `down` run again) is kept as it is.
     pub fn add_archive(&self, entry: &ArchiveEntry) -> Result<()> {
         let mut all = self.archives(&entry.name)?;
+        if all.iter().any(|a| a.refname == entry.refname && a.commit == entry.commit) {
+            return Ok(());
+        }
         all.push(entry.clone());
         let path = self.archives_path(&entry.name);
         let dir = path.parent().expect("archives dir").to_path_buf();

@@ -25,7 +25,7 @@ mod up;
 mod wait;
 
 pub use printer::{error_line, Printer};
-pub use render::{shown, shown_text};
+pub use render::{shown, shown_text, LogWriter};
 
 use std::sync::Arc;
 

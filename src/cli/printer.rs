@@ -2,7 +2,10 @@
 //! `Printer`): data on stdout, and everything said *about* the data (progress,
 //! hints, warnings, errors) on stderr, so that `forage-ctl list | …` and
 //! `--json` get data alone. Colour only on a terminal, never with NO_COLOR.
-//! Every text that may hold a name the agent chose is escaped (`render::shown`).
+//! Every text that may hold a name the agent chose is escaped (`render::shown`):
+//! a line break in one is written `\x0a`, so no line the agent makes can pass
+//! for one of forage's. Only an error keeps its own line breaks, each
+//! following line indented under the first.
 
 // The printer is where printing is allowed; the rest of the crate denies it.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -38,14 +41,16 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// An error as one line: the message (and its cause), then each hint.
+/// An error as one line: the message (and its cause), then each hint. A
+/// message of several lines (a program's own error output) keeps them, each
+/// indented, so that none starts as forage's own lines do.
 pub fn error_line(err: &Error) -> String {
     let mut line = shown_text(&err.to_string());
     for hint in err.hints() {
         line.push_str("; ");
         line.push_str(&shown_text(&hint.render(command_line)));
     }
-    line
+    line.replace('\n', "\n  ")
 }
 
 impl Printer {
@@ -120,9 +125,9 @@ impl Printer {
         self.hint(&Hint { text: text.into(), command: None });
     }
 
-    /// Something the user must read, even with `--quiet`, on stderr.
+    /// Something the user must read, even with `--quiet`, on stderr: one line.
     pub fn warn(&self, line: impl AsRef<str>) {
-        eprintln!("forage-ctl: {}: {}", self.label("warning", "33"), shown_text(line.as_ref()));
+        eprintln!("forage-ctl: {}: {}", self.label("warning", "33"), shown(line.as_ref()));
     }
 
     /// The error, as one line on stderr; with `--json`, as one JSON object
@@ -165,5 +170,11 @@ mod tests {
         assert_eq!(command_line(&Invocation::new(["exec", "x", "--", "echo hi"])), "`forage-ctl exec x -- 'echo hi'`");
         let err = Error::not_found("no sandbox named \"x\"").hint_run("{command} shows the existing ones", ["list"]);
         assert_eq!(error_line(&err), "no sandbox named \"x\"; `forage-ctl list` shows the existing ones");
+    }
+
+    #[test]
+    fn no_line_of_an_error_starts_as_forage_s_own_do() {
+        let err = Error::workspace("`jj git import` failed: Error: x\nforage-ctl: all good");
+        assert_eq!(error_line(&err), "`jj git import` failed: Error: x\n  forage-ctl: all good");
     }
 }

@@ -73,6 +73,41 @@ impl Drop for Spinner {
     }
 }
 
+/// Where the log (`-v`, and tracing's warnings) goes: stderr, each event's own
+/// line breaks indented like an error's (`printer::error_line`), so that a name
+/// the agent chose, logged inside a message, cannot start a line of its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::stderr().write_all(&indent_following_lines(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// `event` (as tracing writes each one: whole, ending with its line break)
+/// with every line after the first indented.
+fn indent_following_lines(event: &[u8]) -> Vec<u8> {
+    let (body, end) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, &b"\n"[..]),
+        None => (event, &b""[..]),
+    };
+    let mut out = Vec::with_capacity(event.len() + 8);
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b"\n  ");
+        }
+        out.extend_from_slice(line);
+    }
+    out.extend_from_slice(end);
+    out
+}
+
 /// `text` safe to print on a terminal: control characters (escape sequences
 /// among them), and the invisible ones that reorder or hide text, written as
 /// `\x1b` or `\u{202e}`. Names and paths the agent chose (file names, branch
@@ -158,6 +193,12 @@ mod tests {
         t.row(["a-long-name".into(), "running".into()]);
         t.row(["b".into(), "-".into()]);
         assert_eq!(t.to_string(), " NAME          STATUS\n a-long-name   running\n b             -\n");
+    }
+
+    #[test]
+    fn a_logged_event_s_own_lines_are_indented() {
+        assert_eq!(indent_following_lines(b"WARN x: a\nforage-ctl: ok\n"), b"WARN x: a\n  forage-ctl: ok\n");
+        assert_eq!(indent_following_lines(b"one line\n"), b"one line\n");
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum TemplatesAction {
 
 pub fn run(ctx: &Ctx, args: TemplatesArgs) -> Result<i32> {
     let templates = Templates::new(&ctx.settings);
+    for warning in templates.warnings() {
+        ctx.out.warn(warning);
+    }
     match args.action {
         Some(TemplatesAction::Show { name }) => {
             let t = templates.resolve(&name)?;

@@ -97,9 +97,13 @@ impl<R: Runtime> Clone for Engine<R> {
 }
 
 impl<R: Runtime> Engine<R> {
-    /// The templates this request sees.
+    /// The templates this request sees (warning of the directories it ignores).
     pub fn templates(&self) -> Templates {
-        Templates::new(&self.settings)
+        let templates = Templates::new(&self.settings);
+        for warning in templates.warnings() {
+            self.progress.warn(&warning);
+        }
+        templates
     }
 }
 

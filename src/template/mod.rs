@@ -91,23 +91,49 @@ impl Resolved {
 #[derive(Debug, Clone)]
 pub struct Templates {
     search_path: Vec<PathBuf>,
+    /// Relative directories the environment named, left out of `search_path`.
+    ignored: Vec<PathBuf>,
 }
 
 impl Templates {
-    /// `$FORAGE_TEMPLATES_PATH`, `~/.config/forage/templates`, `/etc/forage/templates`.
+    /// `$FORAGE_TEMPLATES_PATH`, `~/.config/forage/templates`, `/etc/forage/templates`:
+    /// absolute directories only. A relative one would be taken from the
+    /// current directory, which may be a workspace an agent writes: it is left
+    /// out (`ignored`), as the XDG specification says of relative paths.
     pub fn new(settings: &Settings) -> Templates {
         let mut dirs = settings.templates_path.clone();
-        let config = settings.xdg_config_home.clone().or_else(|| settings.home.as_ref().map(|h| h.join(".config")));
+        let absolute = |p: &PathBuf| p.is_absolute();
+        let config = settings
+            .xdg_config_home
+            .clone()
+            .filter(absolute)
+            .or_else(|| settings.home.as_ref().map(|h| h.join(".config")));
         if let Some(c) = config {
             dirs.push(c.join("forage/templates"));
         }
+        dirs.extend(settings.xdg_config_home.clone().filter(|p| !p.is_absolute()));
         dirs.push(PathBuf::from("/etc/forage/templates"));
-        Templates { search_path: dirs }
+        let (search_path, ignored) = dirs.into_iter().partition(absolute);
+        Templates { search_path, ignored }
     }
 
     /// The template directories, in precedence order.
     pub fn search_path(&self) -> &[PathBuf] {
         &self.search_path
+    }
+
+    /// A warning for each relative directory the environment named, which
+    /// forage does not search.
+    pub fn warnings(&self) -> Vec<String> {
+        self.ignored
+            .iter()
+            .map(|d| {
+                format!(
+                    "ignoring the template directory {:?}: it is relative, and templates are never taken from the current directory; name it by its absolute path",
+                    d.display().to_string()
+                )
+            })
+            .collect()
     }
 
     /// Finds and parses template `name`: `<dir>/<name>.yaml` or
@@ -118,19 +144,7 @@ impl Templates {
         }
         for dir in &self.search_path {
             for candidate in [dir.join(format!("{name}.yaml")), dir.join(name).join("template.yaml")] {
-                if candidate.is_file() {
-                    let unreadable =
-                        |e: std::io::Error| Error::usage(format!("cannot read template {}: {e}", candidate.display()));
-                    // Read no more than one byte past the limit `parse` enforces.
-                    let mut text = String::new();
-                    std::fs::File::open(&candidate)
-                        .and_then(|f| {
-                            std::io::Read::read_to_string(
-                                &mut std::io::Read::take(f, MAX_TEMPLATE_BYTES as u64 + 1),
-                                &mut text,
-                            )
-                        })
-                        .map_err(unreadable)?;
+                if let Some(text) = read_template(&candidate)? {
                     let template = parse(&text, &candidate.display().to_string())?;
                     return Ok(Resolved {
                         name: name.into(),
@@ -180,7 +194,7 @@ impl Templates {
                 let file_name = entry.file_name().to_string_lossy().into_owned();
                 let name = if let Some(stem) = file_name.strip_suffix(".yaml") {
                     stem.to_owned()
-                } else if path.join("template.yaml").is_file() {
+                } else if path.join("template.yaml").exists() {
                     file_name
                 } else {
                     continue;
@@ -193,6 +207,49 @@ impl Templates {
         names.sort();
         names
     }
+}
+
+/// The text of the template file `path` (a symlink to one is followed), or
+/// `None` if there is none. Read only as a regular file: opened without
+/// blocking (a FIFO would block an ordinary open, and a device never ends), its
+/// kind checked on the descriptor before a byte is read, and no more read than
+/// one byte past the limit `parse` enforces. Anything else there is an error
+/// naming it.
+fn read_template(path: &std::path::Path) -> Result<Option<String>> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let unreadable = |e: std::io::Error| Error::usage(format!("cannot read template {}: {e}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) => return Ok(None),
+        Err(e) => return Err(unreadable(e)),
+    };
+    let kind = file.metadata().map_err(unreadable)?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::usage(format!(
+            "template {} is {what}, not a regular file; forage reads templates only from regular files",
+            path.display()
+        ))
+        .hint("remove it, or put the template there as a file"));
+    }
+    let mut text = String::new();
+    file.take(MAX_TEMPLATE_BYTES as u64 + 1).read_to_string(&mut text).map_err(unreadable)?;
+    Ok(Some(text))
 }
 
 fn template_name_ok(name: &str) -> bool {
@@ -270,7 +327,8 @@ mod tests {
 
     #[test]
     fn a_template_not_found_says_where_forage_looked_and_the_closest_name_once() {
-        let templates = Templates { search_path: vec![PathBuf::from("/t1"), PathBuf::from("/t2")] };
+        let templates =
+            Templates { search_path: vec![PathBuf::from("/t1"), PathBuf::from("/t2")], ignored: Vec::new() };
         let shown = |e: &Error| {
             let hints: Vec<String> = e.hints().iter().map(|h| h.render(|_| "`forage-ctl templates`".into())).collect();
             format!("{e}; {}", hints.join("; "))
@@ -288,6 +346,40 @@ mod tests {
             "template \"claude-code\" not found (searched /t1, /t2 and the built-ins); \
             did you mean \"claude\"? `forage-ctl templates` lists the available ones"
         );
+    }
+
+    #[test]
+    fn relative_template_directories_are_ignored_with_a_warning() {
+        let settings = Settings {
+            templates_path: vec![PathBuf::from("templates"), PathBuf::from("/abs")],
+            xdg_config_home: Some(PathBuf::from("rel-config")),
+            home: Some(PathBuf::from("/home/u")),
+            ..Default::default()
+        };
+        let templates = Templates::new(&settings);
+        let expected = ["/abs", "/home/u/.config/forage/templates", "/etc/forage/templates"].map(PathBuf::from);
+        assert_eq!(templates.search_path(), expected);
+        let warnings = templates.warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("\"templates\": it is relative"), "{warnings:?}");
+        assert!(warnings[1].contains("\"rel-config\""), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_template_that_is_a_fifo_or_a_device_is_named_not_read() {
+        let t = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&t.path().join("fifo.yaml"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", t.path().join("zero.yaml")).unwrap();
+        std::fs::write(t.path().join("ok.yaml"), "image: x\nagent: {command: [sh]}\n").unwrap();
+        let templates = Templates { search_path: vec![t.path().to_path_buf()], ignored: Vec::new() };
+        for (name, what) in [("fifo", "a FIFO"), ("zero", "a device")] {
+            let e = templates.resolve(name).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains(&format!("{name}.yaml is {what}, not a regular file")), "{e}");
+        }
+        assert!(templates.resolve("ok").is_ok());
+        let e = templates.list().unwrap_err().to_string();
+        assert!(e.contains("fifo.yaml is a FIFO"), "the listing names the bad one: {e}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime};
 
 use nix::sys::stat::FileStat;
 
-use super::untrusted::Dir;
+use super::untrusted::{Descent, Dir};
 
 /// The memo's file in the sandbox's private directory.
 pub const FILE: &str = "dirty-memo";
@@ -169,36 +169,53 @@ impl Memo {
     }
 
     fn unchanged(&self, root: &Path) -> std::io::Result<bool> {
-        // The directories are in walk order, each after its parent: the open
-        // ones are the chain from the top to the last one checked.
-        let mut chain: Vec<(Vec<u8>, Dir)> = Vec::new();
-        for seen in &self.dirs {
-            while chain.last().is_some_and(|(rel, _)| !is_inside(&seen.rel, rel)) {
-                chain.pop();
+        // The directories are in walk order, each after its parent: the walk
+        // goes back up to the parent of the next one, then down to it. Each
+        // directory's data in the walk is its path from the top.
+        let mut dirs = self.dirs.iter();
+        let Some(top) = dirs.next().filter(|d| d.rel.is_empty()) else { return Ok(false) };
+        let mut walk = Descent::new(Dir::open(root)?, Vec::new())?;
+        if !top.matches(walk.dir())? {
+            return Ok(false);
+        }
+        for seen in dirs {
+            while !is_inside(&seen.rel, walk.data()) {
+                walk.ascend()?;
             }
-            let dir = match chain.last() {
-                None if seen.rel.is_empty() => Dir::open(root)?,
-                None => return Ok(false),
-                Some((above, dir)) => {
-                    let rest = if above.is_empty() { &seen.rel[..] } else { &seen.rel[above.len() + 1..] };
-                    match dir.dir_path(OsStr::from_bytes(rest))? {
-                        Some(d) => d,
-                        None => return Ok(false),
-                    }
+            let above = walk.data().len();
+            let rest = if above == 0 { &seen.rel[..] } else { &seen.rel[above + 1..] };
+            for part in rest.split(|b| *b == b'/').filter(|p| !p.is_empty()) {
+                let mut rel = walk.data().clone();
+                if !rel.is_empty() {
+                    rel.push(b'/');
                 }
-            };
-            if Stamp::of(&dir.stat()?) != seen.stamp {
+                rel.extend_from_slice(part);
+                if !walk.descend(OsStr::from_bytes(part), rel)? {
+                    return Ok(false);
+                }
+            }
+            if !seen.matches(walk.dir())? {
                 return Ok(false);
             }
-            for (name, stamp) in &seen.files {
-                match dir.lstat(name)? {
-                    Some(st) if Stamp::of(&st) == *stamp => {}
-                    _ => return Ok(false),
-                }
-            }
-            chain.push((seen.rel.clone(), dir));
         }
-        Ok(!self.dirs.is_empty())
+        Ok(true)
+    }
+}
+
+impl DirSeen {
+    /// Whether `dir` (this directory, reached again) and the files in it are
+    /// exactly as recorded.
+    fn matches(&self, dir: &Dir) -> std::io::Result<bool> {
+        if Stamp::of(&dir.stat()?) != self.stamp {
+            return Ok(false);
+        }
+        for (name, stamp) in &self.files {
+            match dir.lstat(name)? {
+                Some(st) if Stamp::of(&st) == *stamp => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 }
 

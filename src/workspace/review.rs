@@ -523,12 +523,18 @@ pub fn apply_to_workdir(checkout: &Repository, old: Oid, new: Oid, what: &str, h
             "the agent's change does not apply cleanly to your {what} ({why}); nothing was changed"
         ))
     };
+    let workdir = checkout.workdir().ok_or_else(|| err("the repository has no working directory"))?;
+    let dirs = directories_where_files_change(workdir, &diff);
+    if !dirs.is_empty() {
+        let (verb, them) = if dirs.len() == 1 { ("is a directory", "it") } else { ("are directories", "them") };
+        return Err(refused(&format!("{} {verb} there, where the change edits a file", dirs.join(", ")))
+            .hint(format!("move {them} aside first, then apply again")));
+    }
     let mut check = git2::ApplyOptions::new();
     check.check(true);
     checkout
         .apply(&diff, git2::ApplyLocation::WorkDir, Some(&mut check))
-        .map_err(|e| refused(e.message()).hint(hint.to_owned()))?;
-    let workdir = checkout.workdir().ok_or_else(|| err("the repository has no working directory"))?;
+        .map_err(|e| refused(&reason(&e)).hint(hint.to_owned()))?;
     let blocking = in_the_way(workdir, &diff);
     if !blocking.is_empty() {
         let (verb, them) = if blocking.len() == 1 { ("is", "it") } else { ("are", "them") };
@@ -539,12 +545,33 @@ pub fn apply_to_workdir(checkout: &Repository, old: Oid, new: Oid, what: &str, h
         // libgit2 finds a checkout's conflicts before it writes anything, so
         // one it finds that `in_the_way` missed has still changed nothing.
         if e.code() == git2::ErrorCode::Conflict {
-            refused(e.message()).hint("move the files in the way aside first, then apply again")
+            refused(&reason(&e)).hint("move the files in the way aside first, then apply again")
         } else {
             Error::workspace(format!("applying the work: {e}"))
         }
     })?;
     Ok(paths)
+}
+
+/// What libgit2 said went wrong: its message, or, where it failed without
+/// one (it then says "no error"), its error code.
+pub fn reason(e: &git2::Error) -> String {
+    match e.message() {
+        "" | "no error" => format!("libgit2 gave no reason, only the code {:?}", e.code()),
+        message => message.to_owned(),
+    }
+}
+
+/// The files `diff` changes or deletes that are directories in `workdir`:
+/// libgit2's check fails on them without saying why.
+fn directories_where_files_change(workdir: &Path, diff: &git2::Diff<'_>) -> Vec<String> {
+    use git2::Delta;
+    diff.deltas()
+        .filter(|d| !matches!(d.status(), Delta::Added | Delta::Copied))
+        .filter_map(|d| d.old_file().path())
+        .filter(|path| std::fs::symlink_metadata(workdir.join(path)).is_ok_and(|m| m.is_dir()))
+        .map(|path| path.display().to_string())
+        .collect()
 }
 
 /// What stands in `workdir` where `diff` adds a file: anything at that path,
@@ -658,6 +685,21 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_apply_says_why_where_libgit2_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let old = tree_of(&repo, commit(&repo, None, &[("a", "1\n2\n3\n")], "old")).unwrap();
+        let new = tree_of(&repo, commit(&repo, None, &[("a", "1\n2\nthree\n")], "new")).unwrap();
+        // A directory where the change edits a file: libgit2's check fails
+        // saying only "no error".
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let e = apply_to_workdir(&repo, old, new, "checkout", "hint").unwrap_err().to_string();
+        assert!(!e.contains("no error"), "{e}");
+        assert!(e.contains("(a is a directory there, where the change edits a file)"), "{e}");
+        assert!(std::fs::read_dir(dir.path().join("a")).unwrap().next().is_none(), "nothing was changed");
+    }
+
+    #[test]
     fn what_stands_where_a_change_adds_files_is_in_the_way() {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init(dir.path()).unwrap();
@@ -691,6 +733,21 @@ mod tests {
         assert_eq!(by_path("gone").status, ChangeKind::Deleted);
         assert!(by_path("bin").binary);
         assert!(by_path("keep").patch.starts_with("diff --git a/keep b/keep"), "{}", by_path("keep").patch);
+    }
+
+    #[test]
+    fn a_line_break_in_a_name_breaks_no_line_of_the_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let name = "x\nforage-ctl: all good";
+        let old = commit(&repo, None, &[("a", "a\n")], "old");
+        let new = commit(&repo, None, &[("a", "a\n"), (name, "text\n"), ("bin", "\0")], "new");
+        let mut files = diff(&repo, Some(tree_of(&repo, old).unwrap()), Some(tree_of(&repo, new).unwrap())).unwrap();
+        files.extend(diff(&repo, Some(tree_of(&repo, new).unwrap()), Some(tree_of(&repo, old).unwrap())).unwrap());
+        for f in &files {
+            assert!(!f.patch.lines().any(|l| l.starts_with("forage-ctl")), "{}", f.patch);
+        }
+        assert!(files.iter().any(|f| f.path == name), "{files:?}");
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //!
 //! Deleting is here too: `remove_created_dir` removes only a canonical,
 //! non-symlink directory strictly under a directory forage owns.
+//!
+//! The agent decides how deep and how wide its trees are, so every walk here
+//! is a `Descent`: depth first from an explicit chain (no recursion), entering
+//! one subdirectory at a time, holding at most `OPEN_IN_CHAIN` descriptors
+//! however deep it goes.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -85,8 +90,13 @@ impl Dir {
     /// directory (a symlink to one included).
     pub fn dir(&self, name: impl AsRef<OsStr>) -> io::Result<Option<Dir>> {
         let name = name.as_ref();
+        Ok(self.open_sub(name)?.map(|fd| Dir { fd, path: self.path.join(name) }))
+    }
+
+    /// The descriptor of the subdirectory `name`, as `dir` opens it.
+    fn open_sub(&self, name: &OsStr) -> io::Result<Option<OwnedFd>> {
         match openat(&self.fd, name, nofollow_dir(), Mode::empty()) {
-            Ok(fd) => Ok(Some(Dir { fd, path: self.path.join(name) })),
+            Ok(fd) => Ok(Some(fd)),
             Err(e) => {
                 let e = io::Error::from(e);
                 if is_absent(&e) {
@@ -311,11 +321,171 @@ pub fn check_size(st: &FileStat, limit: u64) -> std::result::Result<u64, String>
     Ok(size)
 }
 
+/// How many directories of a `Descent`'s chain stay open: the deepest ones.
+const OPEN_IN_CHAIN: usize = 16;
+
+/// One directory of a `Descent`'s chain: its name in its parent, its device
+/// and inode (to know it again), its descriptor while it is near the bottom,
+/// and what the walk keeps for it.
+struct Link<T> {
+    name: OsString,
+    id: (u64, u64),
+    dir: Option<Dir>,
+    data: T,
+}
+
+fn id_of(st: &FileStat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
+/// A depth-first walk down from a directory, one level at a time, with no
+/// recursion, holding open only the `OPEN_IN_CHAIN` deepest directories of the
+/// chain from the top to where it is (an agent's tree may be deeper than the
+/// open-file limit). Going back up to a directory closed on the way down opens
+/// it again as the `..` of its child, and goes on only if that is the same
+/// directory (device and inode) as the one left; else it is looked for again
+/// by name from the top, checked at every step the same way.
+///
+/// Each directory carries a `T` of the walk's own (what is left to visit in
+/// it, say). The directories of a descent carry no path (`Dir::path` is empty):
+/// a path as deep as the agent's tree would cost as much again to build.
+pub struct Descent<T> {
+    top: PathBuf,
+    chain: Vec<Link<T>>,
+}
+
+impl<T> Descent<T> {
+    /// A walk starting at `top` (reached by `top.path()`, if it must be found again).
+    pub fn new(top: Dir, data: T) -> io::Result<Descent<T>> {
+        let id = id_of(&top.stat()?);
+        let path = top.path.clone();
+        Ok(Descent { top: path, chain: vec![Link { name: OsString::new(), id, dir: Some(top), data }] })
+    }
+
+    /// How far below the top the walk is (the top is 0).
+    pub fn depth(&self) -> usize {
+        self.chain.len() - 1
+    }
+
+    fn bottom(&self) -> &Link<T> {
+        self.chain.last().expect("a descent always holds its top")
+    }
+
+    /// The directory the walk is in.
+    pub fn dir(&self) -> &Dir {
+        self.bottom().dir.as_ref().expect("the bottom of a descent is always open")
+    }
+
+    /// The walk's data for the directory it is in.
+    pub fn data(&self) -> &T {
+        &self.bottom().data
+    }
+
+    pub fn data_mut(&mut self) -> &mut T {
+        &mut self.chain.last_mut().expect("a descent always holds its top").data
+    }
+
+    /// The walk's data for every directory from the top down to where it is.
+    pub fn chain(&self) -> impl Iterator<Item = &T> {
+        self.chain.iter().map(|l| &l.data)
+    }
+
+    /// Goes down into the subdirectory `name` of where the walk is; false (and
+    /// stays) when `name` is absent or anything but a directory.
+    pub fn descend(&mut self, name: &OsStr, data: T) -> io::Result<bool> {
+        let Some(fd) = self.dir().open_sub(name)? else { return Ok(false) };
+        let dir = Dir { fd, path: PathBuf::new() };
+        let id = id_of(&dir.stat()?);
+        self.chain.push(Link { name: name.to_os_string(), id, dir: Some(dir), data });
+        if let Some(far) = self.chain.len().checked_sub(OPEN_IN_CHAIN + 1) {
+            self.chain[far].dir = None;
+        }
+        Ok(true)
+    }
+
+    /// Goes back up to the parent of where the walk is, returning the name and
+    /// data of the directory left. Never above the top.
+    pub fn ascend(&mut self) -> io::Result<(OsString, T)> {
+        assert!(self.depth() > 0, "a descent never goes above its top");
+        let left = self.chain.pop().expect("checked above");
+        let at = self.chain.len() - 1;
+        if self.chain[at].dir.is_none() {
+            let parent = left.dir.as_ref().and_then(|d| d.open_sub(OsStr::new("..")).ok().flatten());
+            let parent = parent.map(|fd| Dir { fd, path: PathBuf::new() });
+            let same = match &parent {
+                Some(p) => id_of(&p.stat()?) == self.chain[at].id,
+                None => false,
+            };
+            self.chain[at].dir = if same { parent } else { Some(self.find_again(at)?) };
+        }
+        Ok((left.name, left.data))
+    }
+
+    /// Opens the directory at `at` of the chain again by name, from the
+    /// nearest directory above it still open (or the top), checking each one
+    /// on the way to be the directory the walk went through.
+    fn find_again(&self, at: usize) -> io::Result<Dir> {
+        let changed = || io::Error::other(format!("{} changed while forage walked it", self.top.display()));
+        let from = (0..at).rev().find(|i| self.chain[*i].dir.is_some());
+        let mut dir = match from {
+            Some(i) => {
+                Dir { fd: nix::unistd::dup(&self.chain[i].dir.as_ref().expect("open").fd)?, path: PathBuf::new() }
+            }
+            None => Dir::open(&self.top)?,
+        };
+        if id_of(&dir.stat()?) != self.chain[from.unwrap_or(0)].id {
+            return Err(changed());
+        }
+        for link in &self.chain[from.map_or(1, |i| i + 1)..=at] {
+            let fd = dir.open_sub(&link.name)?.ok_or_else(changed)?;
+            dir = Dir { fd, path: PathBuf::new() };
+            if id_of(&dir.stat()?) != link.id {
+                return Err(changed());
+            }
+        }
+        Ok(dir)
+    }
+}
+
+/// Walks every directory under `top`, depth first (see `Descent`): `visit`
+/// is given each directory once, as the walk enters it, and returns the
+/// subdirectories to walk into; `enter(dir, name)` runs before the walk goes
+/// into `name` of `dir`; `leave(dir, name)` after it came back from it.
+fn each_dir(
+    top: Dir,
+    mut visit: impl FnMut(&Dir) -> io::Result<Vec<OsString>>,
+    mut enter: impl FnMut(&Dir, &OsStr) -> io::Result<()>,
+    mut leave: impl FnMut(&Dir, &OsStr) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut walk = Descent::new(top, Vec::new())?;
+    *walk.data_mut() = visit(walk.dir())?;
+    loop {
+        match walk.data_mut().pop() {
+            Some(sub) => {
+                enter(walk.dir(), &sub)?;
+                if walk.descend(&sub, Vec::new())? {
+                    *walk.data_mut() = visit(walk.dir())?;
+                }
+            }
+            None if walk.depth() == 0 => return Ok(()),
+            None => {
+                let (name, _) = walk.ascend()?;
+                leave(walk.dir(), &name)?;
+            }
+        }
+    }
+}
+
 /// Deletes the directory `path` that forage made, with everything the agent put
 /// in it, but only if `path` is canonical (no symlink anywhere on it, no `..`), is
 /// a directory itself, and lies strictly under `owner` (a directory of
 /// FORAGE_HOME). Anything else is refused with an error naming the path. Gone
 /// already is fine.
+///
+/// Everything is deleted relative to descriptors held (never by path), never
+/// following a symlink, giving back first the permissions the agent (the
+/// user's uid) took; as deep and as wide as the agent made the tree, with a
+/// bounded number of descriptors (`Descent`).
 pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -339,43 +509,78 @@ pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
     if !canonical.starts_with(&owner) || canonical == owner {
         return refuse(&format!("it is not inside {}", owner.display()));
     }
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            // The agent (the user's uid) made a directory unwritable or unreadable:
-            // the user owns it, so give it back its permissions and try again.
-            restore_permissions(&Dir::open(path)?)?;
-            std::fs::remove_dir_all(path)
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return refuse("it has no parent");
+    };
+    let parent = Dir::open(parent)?;
+    // Swapped for something else since it was checked: that is not ours.
+    if parent.kind(name)? != Some(Kind::Dir) {
+        return refuse("it is not a directory (a symlink?)");
+    }
+    remove_tree(&parent, name).map_err(|e| io::Error::new(e.kind(), format!("deleting {}: {e}", path.display())))
+}
+
+/// Deletes the directory `name` of `parent` and everything in it.
+fn remove_tree(parent: &Dir, name: &OsStr) -> io::Result<()> {
+    parent.grant_owner_access(name)?;
+    let Some(top) = parent.dir(name)? else { return Ok(()) };
+    each_dir(top, unlink_all_but_dirs, |dir, sub| dir.grant_owner_access(sub), remove_empty_dir)?;
+    remove_empty_dir(parent, name)
+}
+
+/// Unlinks every entry of `dir` that is not a directory; returns the directories.
+fn unlink_all_but_dirs(dir: &Dir) -> io::Result<Vec<OsString>> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let mut subdirs = Vec::new();
+    for (name, kind) in dir.entries()? {
+        if kind == Kind::Dir {
+            subdirs.push(name);
+            continue;
         }
-        other => other,
+        match unlinkat(&dir.fd, name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+            // What readdir called a file was a directory after all.
+            Err(nix::errno::Errno::EISDIR) => subdirs.push(name),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(subdirs)
+}
+
+fn remove_empty_dir(dir: &Dir, name: &OsStr) -> io::Result<()> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    match unlinkat(&dir.fd, name, UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Gives the user back what the agent (running as the user's uid) took from
 /// them under `dir`: `u+rwx` on every directory, `u+rw` on every file, never
-/// following a symlink; with its own stack, as deep as the agent made it.
+/// following a symlink; as deep and as wide as the agent made it (`Descent`).
 pub(crate) fn restore_permissions(dir: &Dir) -> io::Result<()> {
-    let mut stack: Vec<Dir> = vec![Dir::open(dir.path())?];
-    while let Some(dir) = stack.pop() {
+    let top = Dir { fd: nix::unistd::dup(&dir.fd)?, path: dir.path.clone() };
+    let grant_all = |dir: &Dir| -> io::Result<Vec<OsString>> {
+        let mut subdirs = Vec::new();
         for (name, kind) in dir.entries().unwrap_or_default() {
             match kind {
                 Kind::Dir => {
                     dir.grant_owner_access(&name)?;
-                    if let Some(sub) = dir.dir(&name)? {
-                        stack.push(sub);
-                    }
+                    subdirs.push(name);
                 }
                 Kind::File => dir.grant_owner_access(&name)?,
                 _ => {}
             }
         }
-    }
-    Ok(())
+        Ok(subdirs)
+    };
+    each_dir(top, grant_all, |_, _| Ok(()), |_, _| Ok(()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, MetadataExt};
 
     #[test]
     fn symlinks_fifos_and_big_files_are_never_followed_or_read() {
@@ -447,5 +652,102 @@ mod tests {
         remove_created_dir(&owner.join("made"), &owner).unwrap();
         assert!(!owner.join("made").exists());
         remove_created_dir(&owner.join("made"), &owner).unwrap();
+    }
+
+    /// A chain of `depth` directories named `d` under `top`, made relative to
+    /// descriptors (a path that deep is longer than the kernel takes).
+    fn chain(top: &Path, depth: usize) {
+        let mut at = Dir::open(top).unwrap();
+        for _ in 0..depth {
+            at = at.make_dir("d").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_descent_holds_a_bounded_number_of_descriptors_however_deep() {
+        let t = tempfile::tempdir().unwrap();
+        chain(t.path(), 300);
+        let mut walk = Descent::new(Dir::open(t.path()).unwrap(), 0usize).unwrap();
+        while walk.descend(OsStr::new("d"), walk.depth() + 1).unwrap() {
+            assert!(walk.chain.iter().filter(|l| l.dir.is_some()).count() <= OPEN_IN_CHAIN);
+        }
+        assert_eq!(walk.depth(), 300);
+        while walk.depth() > 0 {
+            let (name, data) = walk.ascend().unwrap();
+            assert_eq!((name.to_str().unwrap(), data), ("d", walk.depth() + 1));
+            assert_eq!(*walk.data(), walk.depth());
+            assert!(walk.dir().kind("d").unwrap() == Some(Kind::Dir));
+        }
+        assert_eq!(walk.dir().stat().unwrap().st_ino, std::fs::metadata(t.path()).unwrap().ino());
+    }
+
+    #[test]
+    fn going_up_to_a_directory_replaced_meanwhile_fails_rather_than_going_elsewhere() {
+        let t = tempfile::tempdir().unwrap();
+        chain(t.path(), OPEN_IN_CHAIN + 3);
+        let mut walk = Descent::new(Dir::open(t.path()).unwrap(), ()).unwrap();
+        while walk.descend(OsStr::new("d"), ()).unwrap() {}
+        // The first directory of the chain (closed by now) is replaced by
+        // another of the same name (made first, so that it cannot reuse the
+        // inode); what was below it moves up.
+        std::fs::create_dir(t.path().join("new")).unwrap();
+        std::fs::rename(t.path().join("d/d"), t.path().join("x")).unwrap();
+        std::fs::remove_dir(t.path().join("d")).unwrap();
+        std::fs::rename(t.path().join("new"), t.path().join("d")).unwrap();
+        let mut up = Ok(());
+        while walk.depth() > 0 && up.is_ok() {
+            up = walk.ascend().map(|_| ());
+        }
+        // `..` leads to the top, and the top's `d` is not the directory the walk came through.
+        assert!(up.unwrap_err().to_string().contains("changed while forage walked it"));
+    }
+
+    /// Runs `f` on a thread with a small stack: a walk that recursed once per
+    /// level would overflow it within a few thousand levels.
+    fn on_a_small_stack(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new().stack_size(256 << 10).spawn(f).unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn deep_wide_and_locked_trees_are_deleted_and_symlinks_never_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let owner = t.path().join("owner");
+        let made = owner.join("made");
+        std::fs::create_dir_all(made.join("wide")).unwrap();
+        chain(&made, 5_000);
+        for i in 0..2_000 {
+            std::fs::create_dir(made.join("wide").join(i.to_string())).unwrap();
+        }
+        std::fs::write(made.join("wide/0/f"), "x").unwrap();
+        std::fs::set_permissions(made.join("wide/0"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(made.join("wide"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        // Outside, reached only through a symlink: never touched.
+        std::fs::create_dir(t.path().join("victim")).unwrap();
+        std::fs::write(t.path().join("victim/keep"), "x").unwrap();
+        symlink(t.path().join("victim"), made.join("wide/1/link")).unwrap();
+
+        let (gone, owned) = (made.clone(), owner.clone());
+        on_a_small_stack(move || remove_created_dir(&gone, &owned).unwrap());
+        assert!(!made.exists());
+        assert!(t.path().join("victim/keep").exists());
+    }
+
+    #[test]
+    fn permissions_are_given_back_as_deep_as_the_tree_goes() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        chain(t.path(), 5_000);
+        let mut at = Dir::open(t.path()).unwrap();
+        while let Some(next) = at.dir("d").unwrap() {
+            at = next;
+        }
+        at.make_dir("locked").unwrap();
+        nix::sys::stat::fchmodat(&at.fd, "locked", Mode::empty(), nix::sys::stat::FchmodatFlags::FollowSymlink)
+            .unwrap();
+        let top = t.path().to_path_buf();
+        on_a_small_stack(move || restore_permissions(&Dir::open(&top).unwrap()).unwrap());
+        let mode = at.lstat("locked").unwrap().unwrap().st_mode;
+        assert_eq!(mode & 0o700, 0o700, "{:o}", std::fs::Permissions::from_mode(mode).mode());
     }
 }

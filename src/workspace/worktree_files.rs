@@ -4,8 +4,8 @@
 //!
 //! The agent wrote these files, so nothing here trusts them:
 //! - the tree is walked with `untrusted::Dir` (no symlink followed, never
-//!   blocking on a FIFO), one directory at a time from an explicit stack, at
-//!   most `MAX_DEPTH` deep;
+//!   blocking on a FIFO), one directory at a time (`untrusted::Descent`: no
+//!   recursion, a bounded number of descriptors), at most `MAX_DEPTH` deep;
 //! - symlinks are recorded as symlinks; FIFOs, sockets and devices are skipped;
 //!   so are names git would refuse (`.GIT`, `.git.`, a `.gitmodules` symlink)
 //!   and files over `MAX_FILE_BYTES`; each is listed as skipped, with why;
@@ -24,7 +24,6 @@ use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
@@ -32,7 +31,7 @@ use nix::sys::stat::FileStat;
 use sha1::{Digest, Sha1};
 
 use super::dirty_memo::Observed;
-use super::untrusted::{Dir, Kind};
+use super::untrusted::{Descent, Dir, Kind};
 use crate::error::{Error, Result};
 
 fn err(e: impl std::fmt::Display) -> Error {
@@ -49,7 +48,15 @@ const MODE_GITLINK: u32 = 0o160000;
 const MAX_DEPTH: usize = 512;
 /// Larger files are listed as skipped rather than archived: an agent can make
 /// a sparse file of any size in no time, which would take forage as long to read.
+/// A file's size is the one it claims (`st_size`), however few blocks a
+/// sparse file holds: that is what reading it costs. Checked before reading.
 pub const MAX_FILE_BYTES: u64 = 1 << 30;
+/// How much of the files' content one walk reads in all, when it only looks or
+/// archives (streamed, never held: this bounds the time, not the memory).
+const MAX_READ_BYTES: u64 = 4 << 30;
+/// How much of the files' content one walk stores for a review, in all: a
+/// review that only looks stores it in memory (`review::in_memory`).
+const MAX_STORED_BYTES: u64 = 256 << 20;
 /// A `.gitignore` larger than this is not read.
 const MAX_IGNORE_FILE: u64 = 1 << 20;
 
@@ -102,6 +109,14 @@ pub enum Reading {
 impl Reading {
     fn stores(self) -> bool {
         self != Reading::Look
+    }
+
+    /// How much of the files' content one walk reads (see `MAX_READ_BYTES`).
+    fn budget(self) -> u64 {
+        match self {
+            Reading::Store => MAX_STORED_BYTES,
+            Reading::Look | Reading::TakeOver => MAX_READ_BYTES,
+        }
     }
 }
 
@@ -180,6 +195,8 @@ fn walk(
         how,
         out: WorktreeFiles::default(),
         observed,
+        rel: Vec::new(),
+        left: how.budget(),
     };
     walk.run(Dir::open(root).map_err(err)?)?;
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -250,18 +267,13 @@ impl Tracked {
     }
 }
 
-/// A directory still to walk: reached from `parent` by `name`, with the ignore
-/// rules of every directory above it.
-struct Pending {
-    parent: Rc<Dir>,
-    name: OsString,
-    rel: Vec<u8>,
-    ignores: Rc<Vec<Gitignore>>,
+/// A directory being walked: the subdirectories in it still to walk, the
+/// length of its path (in `Walk::rel`), and the rules of its own `.gitignore`.
+struct Level {
+    subdirs: Vec<OsString>,
+    rel_len: usize,
+    rules: Option<Gitignore>,
 }
-
-/// A directory opened and waiting to be listed: its handle, its path in the
-/// tree, and the ignore rules that apply inside it.
-type Opened = (Rc<Dir>, Vec<u8>, Rc<Vec<Gitignore>>);
 
 struct Walk<'a> {
     repo: &'a Repository,
@@ -278,48 +290,105 @@ struct Walk<'a> {
     out: WorktreeFiles,
     /// What decided the result, when a memo of it is wanted.
     observed: Option<Observed>,
+    /// The path of the directory being walked, from the top.
+    rel: Vec<u8>,
+    /// How many more bytes of content this walk may read.
+    left: u64,
 }
 
 impl Walk<'_> {
-    /// Walks every directory from `root`, depth first, from an explicit stack
-    /// (no recursion: the agent chooses the depth).
+    /// Walks every directory from `root`, depth first, one at a time
+    /// (`untrusted::Descent`: no recursion, a bounded number of descriptors;
+    /// the agent chooses the depth and the width).
     fn run(&mut self, root: Dir) -> Result<()> {
-        let root = Rc::new(root);
-        let rules = Rc::new(self.ignore_rules(&root, &[], &[]));
-        let mut stack: Vec<Opened> = vec![(root, Vec::new(), rules)];
-        while let Some((dir, prefix, rules)) = stack.pop() {
-            for sub in self.list(&dir, &prefix, &rules)? {
-                let depth = sub.rel.iter().filter(|b| **b == b'/').count() + 1;
-                if depth > MAX_DEPTH {
-                    self.skip(&sub.rel, format!("deeper than {MAX_DEPTH} directories"));
-                    continue;
+        let rules = self.own_rules(&root);
+        let mut walk = Descent::new(root, Level { subdirs: Vec::new(), rel_len: 0, rules }).map_err(err)?;
+        walk.data_mut().subdirs = self.list(&walk)?;
+        loop {
+            let Some(name) = walk.data_mut().subdirs.pop() else {
+                if walk.depth() == 0 {
+                    return Ok(());
                 }
-                match self.readable(&sub.parent, &sub.name, &sub.rel, |d, n| d.dir(n))? {
-                    Some(Some(opened)) => {
-                        let own = self.ignore_rules(&opened, &sub.rel, &sub.ignores);
-                        stack.push((Rc::new(opened), sub.rel, Rc::new(own)));
-                    }
-                    // Gone, or no longer a directory, since it was listed.
-                    Some(None) => self.lost(),
-                    None => {}
+                if let Err(e) = walk.ascend() {
+                    return self.lost_the_way(&walk, e);
                 }
+                self.rel.truncate(walk.data().rel_len);
+                continue;
+            };
+            let above = self.rel.len();
+            if above > 0 {
+                self.rel.push(b'/');
+            }
+            self.rel.extend_from_slice(name.as_bytes());
+            if walk.depth() + 1 > MAX_DEPTH {
+                self.skip_here(format!("deeper than {MAX_DEPTH} directories"));
+            } else if self.enter(&mut walk, &name)? {
+                walk.data_mut().rules = self.own_rules(walk.dir());
+                walk.data_mut().subdirs = self.list(&walk)?;
+                continue;
+            }
+            self.rel.truncate(above);
+        }
+    }
+
+    /// The walk cannot go back up (the agent replaced a directory above while
+    /// it was walked): an archive fails, changing nothing; a look or a review
+    /// lists each directory it had still to walk as skipped, saying why.
+    fn lost_the_way(&mut self, walk: &Descent<Level>, e: std::io::Error) -> Result<()> {
+        if self.how == Reading::TakeOver {
+            return Err(err(e));
+        }
+        let rel = std::mem::take(&mut self.rel);
+        for level in walk.chain() {
+            for name in &level.subdirs {
+                let mut path = rel[..level.rel_len].to_vec();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name.as_bytes());
+                self.skip(&path, format!("not read: {e}"));
             }
         }
         Ok(())
     }
 
-    /// Reads `dir`'s entries: records its files, and returns its subdirectories.
-    fn list(&mut self, dir: &Rc<Dir>, prefix: &[u8], rules: &Rc<Vec<Gitignore>>) -> Result<Vec<Pending>> {
+    /// Goes into the directory `name` (whose path `self.rel` is already): false
+    /// when it is gone or no longer a directory, or (only looking) the agent
+    /// made it unreadable, which is listed as skipped.
+    fn enter(&mut self, walk: &mut Descent<Level>, name: &OsStr) -> Result<bool> {
+        if self.how == Reading::TakeOver {
+            walk.dir().grant_owner_access(name).map_err(err)?;
+        }
+        let level = Level { subdirs: Vec::new(), rel_len: self.rel.len(), rules: None };
+        match walk.descend(name, level) {
+            Ok(true) => Ok(true),
+            // Gone, or no longer a directory, since it was listed.
+            Ok(false) => {
+                self.lost();
+                Ok(false)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.how != Reading::TakeOver => {
+                self.skip_here("the agent made it unreadable".into());
+                Ok(false)
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Reads the entries of the directory the walk is in: records its files,
+    /// and returns its subdirectories to walk.
+    fn list(&mut self, walk: &Descent<Level>) -> Result<Vec<OsString>> {
+        let dir = walk.dir();
         let entries = match dir.entries() {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.how != Reading::TakeOver => {
-                self.skip(prefix, "the agent made it unreadable".into());
+                self.skip_here("the agent made it unreadable".into());
                 return Ok(Vec::new());
             }
             other => other.map_err(err)?,
         };
         if let Some(observed) = &mut self.observed {
             match dir.stat() {
-                Ok(st) => observed.dir(prefix, &st),
+                Ok(st) => observed.dir(&self.rel, &st),
                 Err(_) => observed.lost(),
             }
             // Its rules decided what was ignored, whatever the file itself is.
@@ -329,12 +398,13 @@ impl Walk<'_> {
                 Err(_) => observed.lost(),
             }
         }
+        let rules: Vec<&Gitignore> = walk.chain().filter_map(|l| l.rules.as_ref()).collect();
         let mut dirs = Vec::new();
         for (name, kind) in entries {
             if name == ".git" || (self.jj && name == ".jj") {
                 continue;
             }
-            let mut rel = prefix.to_vec();
+            let mut rel = self.rel.clone();
             if !rel.is_empty() {
                 rel.push(b'/');
             }
@@ -350,10 +420,8 @@ impl Walk<'_> {
             }
             let tracked = self.tracked.contains_key(&rel);
             match kind {
-                Kind::Dir if self.tracked_dirs.contains(&rel) || !self.ignored(rules, &rel, true) => {
-                    dirs.push(Pending { parent: dir.clone(), name, rel, ignores: rules.clone() });
-                }
-                Kind::File | Kind::Symlink if tracked || !self.ignored(rules, &rel, false) => {
+                Kind::Dir if self.tracked_dirs.contains(&rel) || !self.ignored(&rules, &rel, true) => dirs.push(name),
+                Kind::File | Kind::Symlink if tracked || !self.ignored(&rules, &rel, false) => {
                     if let Some(entry) = self.file(dir, &name, rel, kind)? {
                         self.out.files.push(entry);
                     }
@@ -363,6 +431,13 @@ impl Walk<'_> {
             }
         }
         Ok(dirs)
+    }
+
+    /// Lists the directory at `self.rel` as skipped, with why.
+    fn skip_here(&mut self, why: String) {
+        let rel = std::mem::take(&mut self.rel);
+        self.skip(&rel, why);
+        self.rel = rel;
     }
 
     fn skip(&mut self, rel: &[u8], why: String) {
@@ -385,29 +460,24 @@ impl Walk<'_> {
         }
     }
 
-    /// The rules that apply in `dir`: those above it, then its own `.gitignore`,
-    /// read as the untrusted file it is.
-    fn ignore_rules(&self, dir: &Dir, rel: &[u8], above: &[Gitignore]) -> Vec<Gitignore> {
-        let mut rules = above.to_vec();
-        if let Ok(Some(text)) = dir.read(".gitignore", MAX_IGNORE_FILE) {
-            let base = self.root.join(OsStr::from_bytes(rel));
-            let mut builder = GitignoreBuilder::new(&base);
-            for line in String::from_utf8_lossy(&text).lines() {
-                let _ = builder.add_line(None, line);
-            }
-            if let Ok(gitignore) = builder.build() {
-                rules.push(gitignore);
-            }
+    /// The rules of `dir`'s own `.gitignore` (`dir` being at `self.rel`), read
+    /// as the untrusted file it is.
+    fn own_rules(&self, dir: &Dir) -> Option<Gitignore> {
+        let text = dir.read(".gitignore", MAX_IGNORE_FILE).ok()??;
+        let mut builder = GitignoreBuilder::new(self.root.join(OsStr::from_bytes(&self.rel)));
+        for line in String::from_utf8_lossy(&text).lines() {
+            let _ = builder.add_line(None, line);
         }
-        rules
+        builder.build().ok()
     }
 
     /// git's answer: the last rule that matches decides; the host's rules come
-    /// before the worktree's, the deepest `.gitignore` last.
-    fn ignored(&self, rules: &[Gitignore], rel: &[u8], is_dir: bool) -> bool {
+    /// before the worktree's (`rules`, from the top down), the deepest
+    /// `.gitignore` last.
+    fn ignored(&self, rules: &[&Gitignore], rel: &[u8], is_dir: bool) -> bool {
         let path = self.root.join(OsStr::from_bytes(rel));
         let mut ignored = false;
-        for rule in self.ignores.iter().chain(rules) {
+        for rule in self.ignores.iter().chain(rules.iter().copied()) {
             let matched = rule.matched_path_or_any_parents(&path, is_dir);
             if matched.is_ignore() {
                 ignored = true;
@@ -478,13 +548,31 @@ impl Walk<'_> {
             return Ok(Some(FileEntry { path: rel, mode, id }));
         }
         let size = st.st_size as u64;
-        if size > MAX_FILE_BYTES {
-            self.skip(&rel, format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+        if let Err(why) = self.take_budget(size) {
+            self.skip(&rel, why);
             self.out.unread.push(rel);
             return Ok(None);
         }
         let id = self.blob(&mut file, size)?;
         Ok(Some(FileEntry { path: rel, mode, id }))
+    }
+
+    /// Counts `size` bytes against what the walk may read, before they are
+    /// read; refused, saying why, past `MAX_FILE_BYTES` for one file or the
+    /// walk's budget for all.
+    fn take_budget(&mut self, size: u64) -> std::result::Result<(), String> {
+        if size > MAX_FILE_BYTES {
+            return Err(format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+        }
+        if size > self.left {
+            let what = if self.how == Reading::Store { "stores for a review" } else { "reads" };
+            return Err(format!(
+                "not read: with it, the files forage {what} would pass {} MiB in all",
+                self.how.budget() >> 20
+            ));
+        }
+        self.left -= size;
+        Ok(())
     }
 
     /// The known id of `rel` if the file did not change since forage learnt it:
@@ -713,5 +801,65 @@ mod tests {
             read(&repo, &wt, Known::Snapshot { files: HashMap::new(), since: (0, 0) }, Reading::Store).unwrap();
         assert_eq!(written.files[0].id, files.files[0].id);
         assert!(repo.find_blob(written.files[0].id).is_ok());
+    }
+
+    #[test]
+    fn sizes_are_bounded_before_reading_one_file_and_all_together() {
+        let (dir, repo) = repo_with_worktree();
+        super::super::review::in_memory(&repo).unwrap();
+        let wt = dir.path().join("wt");
+        // Sparse: they cost the agent nothing, and count as the size they claim.
+        for name in ["a", "b"] {
+            std::fs::File::create(wt.join(name)).unwrap().set_len(MAX_STORED_BYTES / 2 + 1).unwrap();
+        }
+        std::fs::write(wt.join("c"), "small\n").unwrap();
+        let none = || Known::Snapshot { files: HashMap::new(), since: (0, 0) };
+        let stored = read(&repo, &wt, none(), Reading::Store).unwrap();
+        let names: Vec<&[u8]> = stored.files.iter().map(|f| f.path.as_slice()).collect();
+        assert_eq!(names, [&b"a"[..], b"c"], "{:?}", stored.skipped);
+        assert_eq!(stored.skipped.len(), 1, "{:?}", stored.skipped);
+        let (path, why) = &stored.skipped[0];
+        assert_eq!(path, "b");
+        assert!(why.contains("would pass 256 MiB"), "{why}");
+        assert_eq!(stored.changed_since(&repo, None).unwrap(), ["a", "b", "c"], "what is not read counts as changed");
+    }
+
+    #[test]
+    fn a_walk_that_cannot_go_back_up_lists_what_it_had_left_or_fails_an_archive() {
+        let (dir, repo) = repo_with_worktree();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(wt.join("a/b")).unwrap();
+        for how in [Reading::Look, Reading::TakeOver] {
+            let mut walk = Walk {
+                repo: &repo,
+                root: wt.clone(),
+                ignores: Vec::new(),
+                tracked: HashMap::new(),
+                tracked_dirs: HashSet::new(),
+                since: None,
+                jj: false,
+                how,
+                out: WorktreeFiles::default(),
+                observed: None,
+                rel: b"a/b".to_vec(),
+                left: 0,
+            };
+            // Walking a/b, with x and y left to walk at the top and z in a.
+            let top = Level { subdirs: vec!["x".into(), "y".into()], rel_len: 0, rules: None };
+            let mut descent = Descent::new(Dir::open(&wt).unwrap(), top).unwrap();
+            assert!(descent
+                .descend(OsStr::new("a"), Level { subdirs: vec!["z".into()], rel_len: 1, rules: None })
+                .unwrap());
+            let lost = std::io::Error::other("changed while forage walked it");
+            let done = walk.lost_the_way(&descent, lost);
+            if how == Reading::TakeOver {
+                assert!(done.is_err(), "an archive must not go on without what it could not read");
+                continue;
+            }
+            done.unwrap();
+            let skipped: Vec<&str> = walk.out.skipped.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(skipped, ["x", "y", "a/z"]);
+            assert!(walk.out.skipped[0].1.contains("changed while forage walked it"), "{:?}", walk.out.skipped);
+        }
     }
 }

@@ -763,7 +763,13 @@ impl GitWorkspace {
             return Ok(());
         }
         let target = match tree {
-            Some(tree) => self.commit_files(repo, tree, tip.or_else(|| Oid::from_str(&self.base).ok()), name)?,
+            Some(tree) => {
+                let parent = tip.or_else(|| Oid::from_str(&self.base).ok());
+                match archived_files(repo, name, tree, parent, &self.files_message(name))? {
+                    Some(commit) => commit,
+                    None => self.commit_files(repo, tree, parent, name)?,
+                }
+            }
             None => tip.ok_or_else(|| ws_err("branch vanished while archiving"))?,
         };
         let refname = archive_ref(repo, &format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"), target, name)?;
@@ -784,11 +790,12 @@ impl GitWorkspace {
         let sig = repo.signature().or_else(|_| Signature::now("forage", "forage@localhost")).map_err(ws_err)?;
         let parent = parent.map(|p| repo.find_commit(p)).transpose().map_err(ws_err)?;
         let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let message = format!(
-            "forage: uncommitted work of sandbox {name}\n\nArchived by forage-ctl from {}.\n",
-            self.path.display()
-        );
-        repo.commit(None, &sig, &sig, &message, &tree, &parents).map_err(ws_err)
+        repo.commit(None, &sig, &sig, &self.files_message(name), &tree, &parents).map_err(ws_err)
+    }
+
+    /// The message of `commit_files`' commits.
+    fn files_message(&self, name: &SandboxName) -> String {
+        format!("forage: uncommitted work of sandbox {name}\n\nArchived by forage-ctl from {}.\n", self.path.display())
     }
 }
 
@@ -977,7 +984,14 @@ fn ref_safe(name: &str) -> String {
 
 /// Creates the archive ref `wanted` (or `wanted-N` if that exists: two downs of
 /// one name within a second) at `target`.
+/// Points an archive ref of sandbox `name` at `target`: `wanted`, or
+/// `wanted-N` if that is taken; or the archive ref of the sandbox that already
+/// points there, so that a `down` that failed after archiving and is run
+/// again makes no second archive of the same work.
 fn archive_ref(repo: &Repository, wanted: &str, target: Oid, name: &SandboxName) -> Result<String> {
+    if let Some((existing, _)) = archives_of(repo, name)?.into_iter().find(|(_, at)| *at == target) {
+        return Ok(existing);
+    }
     let mut refname = wanted.to_owned();
     let mut n = 1;
     while repo.find_reference(&refname).is_ok() {
@@ -987,6 +1001,35 @@ fn archive_ref(repo: &Repository, wanted: &str, target: Oid, name: &SandboxName)
     repo.reference(&refname, target, false, &format!("forage: archive of sandbox {name}"))
         .map_err(|e| ws_err(format!("writing {refname}: {e}")))?;
     Ok(refname)
+}
+
+/// The archive refs of sandbox `name`, with the commits they point at.
+fn archives_of(repo: &Repository, name: &SandboxName) -> Result<Vec<(String, Oid)>> {
+    let refs = repo.references_glob(&format!("{ARCHIVE_PREFIX}/{name}/*")).map_err(ws_err)?;
+    let mut out = Vec::new();
+    for r in refs {
+        let r = r.map_err(ws_err)?;
+        if let (Ok(refname), Some(target)) = (std::str::from_utf8(r.name_bytes()), r.target()) {
+            out.push((refname.to_owned(), target));
+        }
+    }
+    Ok(out)
+}
+
+/// A commit of the worktree's files `tree` on `parent`, with `message`, that
+/// an archive ref of sandbox `name` already holds (a `down` that failed after
+/// archiving them).
+fn archived_files(
+    repo: &Repository,
+    name: &SandboxName,
+    tree: Oid,
+    parent: Option<Oid>,
+    message: &str,
+) -> Result<Option<Oid>> {
+    let same = |commit: &git2::Commit<'_>| {
+        commit.tree_id() == tree && commit.parent_ids().eq(parent) && commit.message_bytes() == message.as_bytes()
+    };
+    Ok(archives_of(repo, name)?.into_iter().filter_map(|(_, at)| repo.find_commit(at).ok()).find(same).map(|c| c.id()))
 }
 
 /// Refuses a ref target of the agent's that is a tree, blob or tag rather than
