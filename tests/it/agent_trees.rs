@@ -85,18 +85,32 @@ fn chain_depth(top: &Path) -> (usize, bool) {
     (depth, bottom_file)
 }
 
+/// Makes a chain of directories named `d`, as deep as it is told, with a file
+/// `f` at the bottom.
+const CHAIN: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    for (long i = atol(argv[1]); i > 0; i--)
+        if (mkdir("d", 0755) != 0 || chdir("d") != 0) { perror("d"); return 1; }
+    FILE *f = fopen("f", "w");
+    return !(f && fputs("bottom\n", f) >= 0 && fclose(f) == 0);
+}
+"#;
+
 #[test]
 fn a_directory_chain_30000_deep_leaves_status_diff_and_down_whole() {
     let env = Env::new();
     let repo = repo(&env, "repo");
     let name = env.unique("at-deep");
     env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
-    // 30 steps of 1,000 levels (the shell's `cd` takes no path longer than
-    // PATH_MAX, and one level at a time costs it quadratic time).
-    let script = r#"cd /workspace && echo changed > a.txt && mkdir deep && cd deep
-        p=d; i=1; while [ $i -lt 1000 ]; do p=$p/d; i=$((i+1)); done
-        n=0; while [ $n -lt 30 ]; do mkdir -p $p && cd -P $p || exit 1; n=$((n+1)); done
-        echo bottom > f && echo DONE"#;
+    // A chain made one level at a time (`mkdir d; chdir d`), as no shell can
+    // quickly: `mkdir -p` of a long path resolves it from the top every time.
+    let ws = workspace(&env, &name);
+    static_program(&crate::templates::write(&env.path("chain.c"), CHAIN), &ws.join("chain"));
+    let script = "cd /workspace && echo changed > a.txt && mkdir deep && cd deep && /workspace/chain 30000 && rm /workspace/chain && echo DONE";
     assert_eq!(inside(&env, &name, script), "DONE\n");
     assert_eq!(chain_depth(&workspace(&env, &name).join("deep")), (30_000, true), "the chain is not there");
 

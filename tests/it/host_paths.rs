@@ -273,13 +273,6 @@ fn directories_holding_other_programs_doors_credentials_or_autostart_are_refused
     env.assert_nothing_left();
 }
 
-/// Builds the C program `source` into `out`, statically linked, so that it
-/// runs in any image.
-fn static_program(source: &Path, out: &Path) {
-    let built = std::process::Command::new("cc").args(["-static", "-O1", "-o"]).arg(out).arg(source).output().unwrap();
-    assert!(built.status.success(), "{}", describe(&built));
-}
-
 /// Binds a Unix socket at the path it is given and exits, leaving the file.
 const BIND_SOCKET: &str = r#"
 #include <stdio.h>

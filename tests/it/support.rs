@@ -273,3 +273,11 @@ pub fn eventually(secs: u64, mut check: impl FnMut() -> bool) -> bool {
     }
     check()
 }
+
+/// Builds the C program `source` into `out`, statically linked, so that it
+/// runs inside any image: for attacks the image's shell cannot make, or not
+/// quickly.
+pub fn static_program(source: &Path, out: &Path) {
+    let built = Command::new("cc").args(["-static", "-O1", "-o"]).arg(out).arg(source).output().unwrap();
+    assert!(built.status.success(), "building {}: {}", source.display(), describe(&built));
+}
