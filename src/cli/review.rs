@@ -235,6 +235,9 @@ fn confirm_uncommitted(ctx: &Ctx, plan: &LandPlan) -> Result<()> {
 }
 
 fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
+    for s in &plan.not_read {
+        ctx.out.warn(format!("not read, landed as committed: {s}"));
+    }
     if ctx.out.json_wanted() {
         let mut json = serde_json::to_value(plan).map_err(Error::other)?;
         json["landed"] = (done && !plan.is_empty()).into();
@@ -276,6 +279,9 @@ fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
 pub async fn apply(ctx: &Ctx, args: super::NameArg) -> Result<i32> {
     let engine = ctx.engine().await?;
     let applied = engine.apply(&args.name).await?;
+    for s in &applied.not_read {
+        ctx.out.warn(format!("not read, applied as committed: {s}"));
+    }
     if ctx.out.json_wanted() {
         return ctx.out.json(&applied).map(|()| 0);
     }

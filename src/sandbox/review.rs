@@ -74,6 +74,10 @@ pub struct Applied {
     pub sandbox: String,
     pub checkout: String,
     pub files: Vec<String>,
+    /// Paths of the sandbox's worktree forage did not read (each with why):
+    /// applied as the sandbox's committed version, or not at all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_read: Vec<String>,
 }
 
 impl<R: Runtime> Engine<R> {
@@ -219,7 +223,7 @@ impl<R: Runtime> Engine<R> {
         let _repo = self.lock_repo_of(&record).await?;
         let reach = self.agent_reach().await?;
         let ws = record.workspace.clone();
-        let files = super::blocking(move || {
+        let (files, not_read) = super::blocking(move || {
             if let Some(checkout) = ws.get().repository() {
                 reach.refuse_checkout(checkout, &format!("your checkout {}", checkout.display()))?;
             }
@@ -227,11 +231,11 @@ impl<R: Runtime> Engine<R> {
             let repo = review.repository()?;
             review::in_memory(&repo)?;
             let work = review.work(&repo)?;
-            review.apply(&repo, &work)
+            Ok((review.apply(&repo, &work)?, work.skipped))
         })
         .await?;
         let checkout = record.workspace.get().repository().map(|p| p.display().to_string()).unwrap_or_default();
-        Ok(Applied { sandbox: name.to_string(), checkout, files })
+        Ok(Applied { sandbox: name.to_string(), checkout, files, not_read })
     }
 
     /// Refuses to land `plan` where an agent holds the target or writes its

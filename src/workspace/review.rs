@@ -264,6 +264,10 @@ pub struct LandPlan {
     /// The tree of the sandbox's files that this lands (what `down` then finds
     /// already landed).
     pub tree: String,
+    /// Paths of the sandbox's worktree forage did not read (each with why):
+    /// landed as the sandbox's committed version, or not at all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_read: Vec<String>,
     /// The checkout whose files landing rewrites, as `landing_checkout` found
     /// it and the caller checked it: `land` writes nowhere else.
     #[serde(skip)]
@@ -390,6 +394,7 @@ pub fn plan(
         commits,
         uncommitted,
         tree: work.current.to_string(),
+        not_read: work.skipped.clone(),
         checkout: None,
     })
 }

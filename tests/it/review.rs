@@ -759,3 +759,33 @@ fn a_checkout_that_fails_half_way_puts_every_file_back() {
     env.ok(&["down", &name]);
     env.assert_nothing_left_but_archives();
 }
+
+#[test]
+fn merge_and_apply_name_what_they_did_not_read() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-unread");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let said = inside(&env, &name, "cd /workspace && echo new > new.txt && mkfifo pipe && [ -p pipe ] && echo MADE");
+    assert_eq!(said, "MADE\n");
+    for args in
+        [vec!["merge", name.as_str(), "--dry-run", "--yes"], vec!["merge", name.as_str(), "--dry-run", "--json"]]
+    {
+        let out = env.run(&args);
+        assert!(out.status.success(), "{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not read, landed as committed: pipe"), "{args:?}: {}", describe(&out));
+    }
+    let plan = env.json(&["merge", &name, "--dry-run", "--json"]);
+    assert!(plan["not_read"][0].as_str().unwrap().starts_with("pipe"), "{plan}");
+    let out = env.run(&["apply", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not read, applied as committed: pipe"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(std::fs::read_to_string(repo.join("new.txt")).unwrap(), "new\n");
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
