@@ -230,7 +230,7 @@ fn without_jj_in_the_image_the_files_are_still_archived() {
     let out = env.run(&["down", &name]);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not archived: the agent's jj changes"),
+        String::from_utf8_lossy(&out.stderr).contains("not archived: jj's snapshot in the sandbox"),
         "{}",
         describe(&out)
     );
