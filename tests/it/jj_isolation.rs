@@ -454,9 +454,13 @@ fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookma
 
 #[test]
 fn an_agent_that_breaks_its_own_repository_still_has_its_commits_synced_and_archived() {
+    // Read from the operation log (its current operation, or with `op_heads`
+    // gone the one that ended last), or with no operation log from the git
+    // store's refs (every version jj wrote: the newest of each change counts).
     let breakages = [
         ("git_target", "printf 'garbage' > .jj/repo/store/git_target", true),
         ("op_heads", "rm -rf .jj/repo/op_heads", false),
+        ("op_store", "rm -rf .jj/repo/op_heads .jj/repo/op_store", true),
     ];
     for (what, breakage, colocate) in breakages {
         let env = Env::new();

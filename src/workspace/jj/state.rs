@@ -152,7 +152,8 @@ impl AgentState {
 /// `MAX_COMMITS`, newest first (by committer time); each is work unless it is
 /// empty (its tree its only parent's, or empty on none) and undescribed, or
 /// (with `newest_versions`, for tips that include the older versions of
-/// rewritten changes) a newer commit carries its change id. `working_copy` is
+/// rewritten changes) a newer commit carries its change id (of two made in
+/// the same second, the described one is taken for the newer). `working_copy` is
 /// listed, and marked, whoever's it is. `since` is the epoch: no file of the
 /// workspace can be taken to be as the working copy has it.
 pub fn from_commits(
@@ -163,7 +164,8 @@ pub fn from_commits(
     newest_versions: bool,
 ) -> AgentState {
     let mut seen = HashSet::new();
-    let mut found: Vec<(i64, Option<Vec<u8>>, StateCommit)> = Vec::new();
+    // (committer time, described, change id, the commit)
+    let mut found: Vec<(i64, bool, Option<Vec<u8>>, StateCommit)> = Vec::new();
     let mut todo: Vec<Oid> = tips.iter().copied().filter(|t| is_own(t) || *t == working_copy).collect();
     while let Some(id) = todo.pop() {
         if found.len() >= MAX_COMMITS || !seen.insert(id) {
@@ -177,20 +179,23 @@ pub fn from_commits(
             [] => commit.tree().is_ok_and(|t| t.is_empty()),
             _ => false,
         };
-        let work = !(empty && commit.message_bytes().is_empty());
+        let described = !commit.message_bytes().is_empty();
         let change = commit.header_field_bytes("change-id").ok().map(|b| b.to_vec());
         let time = commit.committer().when().seconds();
-        found.push((time, change, StateCommit { id, parents, working_copy: id == working_copy, work }));
+        let work = !empty || described;
+        found.push((time, described, change, StateCommit { id, parents, working_copy: id == working_copy, work }));
     }
     if !found.iter().any(|(.., c)| c.working_copy) {
         let wc = StateCommit { id: working_copy, parents: Vec::new(), working_copy: true, work: false };
-        found.push((i64::MAX, None, wc));
+        found.push((i64::MAX, false, None, wc));
     }
-    found.sort_by_key(|(time, _, c)| (std::cmp::Reverse(*time), c.id));
+    // Newest first; of two made in the same second, the described one (jj
+    // describes a change after snapshotting it, in one command).
+    found.sort_by_key(|(time, described, _, c)| (std::cmp::Reverse(*time), !*described, c.id));
     if newest_versions {
-        // Newest first: the first commit seen with a change id is its newest version.
+        // The first commit seen with a change id is its newest version.
         let mut versions = HashSet::new();
-        for (_, change, commit) in &mut found {
+        for (_, _, change, commit) in &mut found {
             if let Some(change) = change.take() {
                 commit.work &= versions.insert(change);
             }
@@ -275,5 +280,42 @@ mod tests {
         let heads = state.heads();
         assert_eq!(heads.len(), 4_001);
         assert_eq!(heads[0], n(20_000), "the working copy's line first");
+    }
+
+    #[test]
+    fn a_state_read_from_the_store_keeps_the_newest_version_of_each_change() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(t.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let empty = odb.write(git2::ObjectType::Tree, b"").unwrap();
+        let blob = odb.write(git2::ObjectType::Blob, b"work\n").unwrap();
+        let tree =
+            odb.write(git2::ObjectType::Tree, &[b"100644 w.txt\0".as_slice(), blob.as_bytes()].concat()).unwrap();
+        let commit = |tree: Oid, parent: Option<Oid>, change: &str, time: u32, message: &str| {
+            let parent = parent.map(|p| format!("parent {p}\n")).unwrap_or_default();
+            let text = format!(
+                "tree {tree}\n{parent}author a <a@x> 1 +0000\ncommitter a <a@x> {time} +0000\nchange-id {change}\n\n{message}"
+            );
+            odb.write(git2::ObjectType::Commit, text.as_bytes()).unwrap()
+        };
+        let base = commit(empty, None, &"z".repeat(32), 1, "base\n");
+        // One change snapshotted, then described in the same second; then a
+        // newer, empty working copy on top; and an older version of another change.
+        let snapshot = commit(tree, Some(base), &"k".repeat(32), 5, "");
+        let described = commit(tree, Some(base), &"k".repeat(32), 5, "agent work\n");
+        let wc = commit(tree, Some(described), &"l".repeat(32), 6, "");
+        let older = commit(tree, Some(base), &"m".repeat(32), 2, "old\n");
+        let newer = commit(empty, Some(base), &"m".repeat(32), 3, "new\n");
+        let own = [snapshot, described, wc, older, newer];
+        let state = from_commits(&repo, &own, wc, |id| own.contains(id), true);
+        assert_eq!(state.working_copy(), wc);
+        assert_eq!(state.heads(), [described, newer]);
+        assert_eq!(state.since, (0, 0));
+        // Without `newest_versions` (a view's heads), every version counts.
+        let state = from_commits(&repo, &own, wc, |id| own.contains(id), false);
+        assert_eq!(state.heads().len(), 4);
+        // A working copy that is not the sandbox's own is listed, but never work.
+        let state = from_commits(&repo, &[described], base, |id| *id == described, true);
+        assert_eq!((state.working_copy(), state.heads()), (base, vec![described]));
     }
 }

@@ -10,11 +10,12 @@
 //! - the visible heads and working-copy commit of the view of each current
 //!   operation (`repo/op_heads/heads/<op>`, `repo/op_store/operations/<op>`,
 //!   `repo/op_store/views/<view>`: protobuf, of which a few fields are read);
+//!   with `op_heads` gone, of the latest operation no other one follows;
 //! - else every commit the git store keeps: `refs/jj/keep/*` (jj writes one
 //!   for each commit it makes), its branches and a detached HEAD. Older
 //!   versions of rewritten changes are among them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use git2::Oid;
 
@@ -27,6 +28,9 @@ const MAX_OPERATION: u64 = 1 << 20;
 const MAX_VIEW: u64 = 64 << 20;
 /// Concurrent operations jj has not merged yet: a handful at most, in use.
 const MAX_OP_HEADS: usize = 64;
+/// Operations read to find the latest when `op_heads` is gone: one per jj
+/// command the agent ran.
+const MAX_OPERATIONS: usize = 100_000;
 /// jj's workspace in the private repository.
 const WORKSPACE: &[u8] = b"default";
 
@@ -59,19 +63,17 @@ pub fn read(jj: &Dir) -> Result<StoreTips> {
 /// The heads and working copy of the current operations' views; `None` when
 /// none can be read.
 fn from_operation_log(repo: &Dir) -> Option<StoreTips> {
-    let heads_dir = repo.dir_path("op_heads/heads").ok()??;
     let operations = repo.dir_path("op_store/operations").ok()??;
     let views = repo.dir_path("op_store/views").ok()??;
+    let current = match op_heads(repo) {
+        Some(heads) => heads,
+        None => vec![latest_operation(&operations)?],
+    };
     let mut tips = BTreeSet::new();
     let mut working_copy = None;
     let mut any = false;
-    let op_heads = heads_dir.entries().ok()?;
-    for (name, kind) in op_heads.into_iter().take(MAX_OP_HEADS) {
-        let Some(op) = name.to_str().filter(|n| is_hex_id(n)) else { continue };
-        if kind != Kind::File {
-            continue;
-        }
-        let Some(view) = read_field(&operations, op, MAX_OPERATION, 1) else { continue };
+    for op in &current {
+        let Some(view) = operation(&operations, op).map(|o| o.view) else { continue };
         let Some(bytes) = views.read(hex(&view), MAX_VIEW).ok().flatten() else { continue };
         let Some(fields) = fields(&bytes) else { continue };
         any = true;
@@ -91,11 +93,66 @@ fn from_operation_log(repo: &Dir) -> Option<StoreTips> {
     })
 }
 
-/// Field `number` (bytes) of the protobuf message in file `name` of `dir`.
-fn read_field(dir: &Dir, name: &str, limit: u64, number: u64) -> Option<Vec<u8>> {
-    let bytes = dir.read(name, limit).ok()??;
-    fields(&bytes)?.into_iter().find_map(|(n, v)| match v {
-        Field::Bytes(b) if n == number => Some(b.to_vec()),
+/// The operations `op_heads/heads` names (by file name); `None` when there
+/// is no such directory or it names none.
+fn op_heads(repo: &Dir) -> Option<Vec<String>> {
+    let names: Vec<String> =
+        hex_names(&repo.dir_path("op_heads/heads").ok()??)?.into_iter().take(MAX_OP_HEADS).collect();
+    (!names.is_empty()).then_some(names)
+}
+
+/// With `op_heads` gone: of the operations no other names as its parent, the
+/// one that ended last (to the millisecond).
+fn latest_operation(operations: &Dir) -> Option<String> {
+    let names = hex_names(operations)?.into_iter().take(MAX_OPERATIONS);
+    let read: Vec<(String, Operation)> = names.filter_map(|n| operation(operations, &n).map(|o| (n, o))).collect();
+    let parents: HashSet<String> = read.iter().flat_map(|(_, o)| o.parents.iter().map(|p| hex(p))).collect();
+    read.into_iter().filter(|(n, _)| !parents.contains(n)).max_by_key(|(n, o)| (o.ended, n.clone())).map(|(n, _)| n)
+}
+
+/// The files of `dir` named as jj names operations.
+fn hex_names(dir: &Dir) -> Option<Vec<String>> {
+    let entries = dir.entries().ok()?;
+    Some(
+        entries
+            .into_iter()
+            .filter(|(_, kind)| *kind == Kind::File)
+            .filter_map(|(name, _)| name.into_string().ok().filter(|n| is_hex_id(n)))
+            .collect(),
+    )
+}
+
+/// What forage reads of an operation: its view, its parents, and when it
+/// ended (milliseconds since the epoch; 0 if it does not say).
+struct Operation {
+    view: Vec<u8>,
+    parents: Vec<Vec<u8>>,
+    ended: u64,
+}
+
+/// Operation `name` of the operation store: `view_id` (1), `parents` (2),
+/// `metadata` (3) { `end_time` (2) { `millis_since_epoch` (1) } }.
+fn operation(operations: &Dir, name: &str) -> Option<Operation> {
+    let bytes = operations.read(name, MAX_OPERATION).ok()??;
+    let mut op = Operation { view: Vec::new(), parents: Vec::new(), ended: 0 };
+    for (number, value) in fields(&bytes)? {
+        match (number, value) {
+            (1, Field::Bytes(view)) => op.view = view.to_vec(),
+            (2, Field::Bytes(parent)) => op.parents.push(parent.to_vec()),
+            (3, Field::Bytes(metadata)) => op.ended = end_time(metadata).unwrap_or(0),
+            _ => {}
+        }
+    }
+    (!op.view.is_empty()).then_some(op)
+}
+
+fn end_time(metadata: &[u8]) -> Option<u64> {
+    let end = fields(metadata)?.into_iter().find_map(|(n, v)| match v {
+        Field::Bytes(b) if n == 2 => Some(b),
+        _ => None,
+    })?;
+    fields(end)?.into_iter().find_map(|(n, v)| match v {
+        Field::Varint(millis) if n == 1 => Some(millis),
         _ => None,
     })
 }
@@ -146,7 +203,7 @@ fn hex(bytes: &[u8]) -> String {
 /// A protobuf field's value, as far as forage reads it.
 #[derive(Debug, PartialEq, Eq)]
 enum Field<'a> {
-    Varint,
+    Varint(u64),
     Bytes(&'a [u8]),
     Fixed,
 }
@@ -157,7 +214,7 @@ fn fields(mut data: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
     while !data.is_empty() {
         let key = varint(&mut data)?;
         let value = match key & 7 {
-            0 => varint(&mut data).map(|_| Field::Varint)?,
+            0 => Field::Varint(varint(&mut data)?),
             1 => take(&mut data, 8).map(|_| Field::Fixed)?,
             2 => {
                 let len = usize::try_from(varint(&mut data)?).ok()?;
@@ -212,6 +269,10 @@ mod tests {
         out
     }
 
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+    }
+
     #[test]
     fn views_are_read_from_the_current_operations_and_garbage_is_skipped() {
         let t = tempfile::tempdir().unwrap();
@@ -248,7 +309,19 @@ mod tests {
         };
         assert_eq!(found, expected);
 
-        // A view that is not protobuf, or no operation heads: the git store's refs.
+        // With op_heads gone, the operation no other follows that ended last.
+        std::fs::remove_dir_all(repo.join("op_heads")).unwrap();
+        assert_eq!(read(&Dir::open(t.path()).unwrap()).unwrap(), expected);
+        let later_view = [0xeeu8; 64];
+        std::fs::write(repo.join("op_store/views").join(hex(&later_view)), bytes_field(1, &b)).unwrap();
+        let mut later = bytes_field(1, &later_view);
+        later.extend(bytes_field(2, &hex_bytes(&op)));
+        later.extend(bytes_field(3, &bytes_field(2, &[0x08, 0x96, 0x01])));
+        std::fs::write(repo.join("op_store/operations").join("ef".repeat(64)), later).unwrap();
+        assert_eq!(read(&Dir::open(t.path()).unwrap()).unwrap().tips, [id(b)]);
+        std::fs::remove_file(repo.join("op_store/operations").join("ef".repeat(64))).unwrap();
+
+        // A view that is not protobuf, or no operation at all: the git store's refs.
         std::fs::write(repo.join("op_store/views").join(hex(&view_id)), [0xff; 3]).unwrap();
         let c = "4".repeat(40);
         std::fs::write(repo.join("store/git/refs/jj/keep").join(&c), format!("{c}\n")).unwrap();
@@ -268,6 +341,6 @@ mod tests {
         assert_eq!(fields(&[0x0a, 0x05, 1]), None, "length past the end");
         assert_eq!(fields(&[0x0b]), None, "a group");
         assert_eq!(fields(&[0x08, 0xff]), None, "an unfinished varint");
-        assert_eq!(fields(&[0x08, 0x01, 0x12, 0x01, 7]), Some(vec![(1, Field::Varint), (2, Field::Bytes(&[7]))]));
+        assert_eq!(fields(&[0x08, 0x01, 0x12, 0x01, 7]), Some(vec![(1, Field::Varint(1)), (2, Field::Bytes(&[7]))]));
     }
 }
