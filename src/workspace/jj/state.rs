@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use git2::{Oid, Repository};
 
+use super::ownership::ChangeId;
 use crate::workspace::git::refs::parse_oid;
 
 /// Lines of the state a run of jj inside may print, at most.
@@ -164,8 +165,8 @@ pub fn from_commits(
     newest_versions: bool,
 ) -> AgentState {
     let mut seen = HashSet::new();
-    // (committer time, described, change id, the commit)
-    let mut found: Vec<(i64, bool, Option<Vec<u8>>, StateCommit)> = Vec::new();
+    // (committer time, described, change id as jj reads it, the commit)
+    let mut found: Vec<(i64, bool, Option<ChangeId>, StateCommit)> = Vec::new();
     let mut todo: Vec<Oid> = tips.iter().copied().filter(|t| is_own(t) || *t == working_copy).collect();
     while let Some(id) = todo.pop() {
         if found.len() >= MAX_COMMITS || !seen.insert(id) {
@@ -180,7 +181,7 @@ pub fn from_commits(
             _ => false,
         };
         let described = !commit.message_bytes().is_empty();
-        let change = commit.header_field_bytes("change-id").ok().map(|b| b.to_vec());
+        let change = commit.header_field_bytes("change-id").ok().and_then(|b| ChangeId::decode(b.as_str().ok()?));
         let time = commit.committer().when().seconds();
         let work = !empty || described;
         found.push((time, described, change, StateCommit { id, parents, working_copy: id == working_copy, work }));
