@@ -141,7 +141,7 @@ fn two_jj_sandboxes_see_each_others_work_read_only_and_parallel_ups_all_succeed(
     let out = sh(
         &env,
         &b,
-        &format!("cd /workspace && jj git import >/dev/null 2>&1; jj log -r 'forage/{a}@host' --no-graph -T description && jj new 'forage/{a}@host' && test -f a2.txt && echo b > b2.txt && jj describe -m from-b"),
+        &format!("cd /workspace && jj git import >/dev/null 2>&1 && jj log -r 'forage/{a}@host' --no-graph -T description && jj new 'forage/{a}@host' && test -f a2.txt && echo b > b2.txt && jj describe -m from-b"),
     );
     assert!(out.starts_with("from-a"), "{out}");
     env.ok(&["sync", &b]);

@@ -85,7 +85,7 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
             [ "$(jj config get signing.backends.gpg.program)" = {evil} ] && [ "$(jj config get signing.behavior)" = force ] && echo 'ok: planted config'
             # The user's repository, at its usual path: not there, so it stays in the container.
             mkdir -p {repo}/.jj/repo && printf '%s\n' "$evil_config" > {repo}/.jj/repo/config.toml && grep -q touch {repo}/.jj/repo/config.toml && echo 'ok: config at the users path'
-            n=0; for o in {objects}/*; do n=$((n+1)); (echo x > $o/x) 2>/dev/null && echo WROTE objects; done; [ $n -gt 0 ] && echo 'ok: tried the objects'
+            n=0; for o in {objects}/*; do if err=$( (echo x > $o/x) 2>&1 ); then echo WROTE objects; else case "$err" in *Read-only*) n=$((n+1));; esac; fi; done; [ $n -gt 0 ] && echo 'ok: tried the objects, read-only'
             # Redirect the store to a host directory, and plant symlinks to it.
             cp .jj/repo/store/git_target .jj/git_target.saved && echo 'ok: saved git_target'
             ln -s {victim} .jj/repo/store/git/objects/ab && [ "$(readlink .jj/repo/store/git/objects/ab)" = {victim} ] && echo 'ok: symlink'
@@ -106,7 +106,7 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
             "signing program",
             "planted config",
             "config at the users path",
-            "tried the objects",
+            "tried the objects, read-only",
             "saved git_target",
             "symlink",
             "rewrote main",
