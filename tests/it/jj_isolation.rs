@@ -369,8 +369,8 @@ fn forages_own(op: &str, name: &str) -> bool {
 /// `jj` as the user runs it in their repository, with jj's default settings
 /// (a colocated repository's jj imports git's refs at the start of every
 /// command, abandoning what a moved ref alone reached): whether it succeeded,
-/// and what it said.
-fn users_jj(repo: &Path, args: &[&str]) -> (bool, String) {
+/// what it printed, and all it said.
+fn users_jj(repo: &Path, args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new("jj")
         .args(["--no-pager", "--color=never", "-R"])
         .arg(repo)
@@ -379,8 +379,11 @@ fn users_jj(repo: &Path, args: &[&str]) -> (bool, String) {
         .env("JJ_EMAIL", "test@example.com")
         .output()
         .unwrap();
-    (out.status.success(), describe(&out))
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), describe(&out))
 }
+
+/// Where the user's working copy, its parent and main are: `commit_id`s on one line.
+const WHERE: &str = "commit_id ++ \" \"";
 
 #[test]
 fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookmarks() {
@@ -407,7 +410,7 @@ fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookma
         std::thread::spawn(move || {
             let mut runs = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                runs.push(users_jj(&repo, &["log", "-r", "all()"]));
+                runs.push(users_jj(&repo, &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE]));
                 runs.push(users_jj(&repo, &["status"]));
             }
             runs
@@ -430,8 +433,17 @@ fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookma
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let runs = user.join().unwrap();
     assert!(runs.len() >= 8, "the user's jj ran {} times", runs.len());
-    for (ok, said) in &runs {
+    // Every time it looked, the user's working copy, B and main were where they
+    // are, and none of the user's changes was divergent. (The agent's own
+    // change may show both its versions for a moment, until forage abandons
+    // the old one.)
+    let (_, before, _) = users_jj(&repo, &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE]);
+    assert_eq!(before, format!("{} {} {} ", wc.trim(), b.trim(), main.trim()));
+    for (ok, _, said) in &runs {
         assert!(ok, "the user's jj failed: {said}");
+    }
+    for (_, printed, said) in runs.iter().step_by(2) {
+        assert_eq!(printed, &before, "the user's jj saw: {said}");
     }
 
     // B, the user's working copy and main are as they were; nothing diverged.
