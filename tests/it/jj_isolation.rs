@@ -410,7 +410,10 @@ fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookma
         std::thread::spawn(move || {
             let mut runs = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                runs.push(users_jj(&repo, &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE]));
+                runs.push(users_jj(
+                    &repo,
+                    &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE],
+                ));
                 runs.push(users_jj(&repo, &["status"]));
             }
             runs
@@ -437,7 +440,8 @@ fn the_users_jj_running_during_syncs_never_imports_a_move_of_the_sandboxs_bookma
     // are, and none of the user's changes was divergent. (The agent's own
     // change may show both its versions for a moment, until forage abandons
     // the old one.)
-    let (_, before, _) = users_jj(&repo, &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE]);
+    let (_, before, _) =
+        users_jj(&repo, &["log", "--no-graph", "-r", "@ | @- | main | (divergent() & ::@)", "-T", WHERE]);
     assert_eq!(before, format!("{} {} {} ", wc.trim(), b.trim(), main.trim()));
     for (ok, _, said) in &runs {
         assert!(ok, "the user's jj failed: {said}");
