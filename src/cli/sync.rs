@@ -1,7 +1,7 @@
 use super::{Ctx, NameArg};
 use crate::error::Result;
 use crate::workspace::git::SyncReport;
-use crate::workspace::jj::JjSync;
+use crate::workspace::jj::{JjSync, MAX_HEADS};
 use crate::workspace::Synced;
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
@@ -44,6 +44,15 @@ fn print_jj(ctx: &Ctx, sync: &JjSync) {
     });
     if sync.heads.len() > 1 {
         ctx.out.data(format!("  and {} more heads, as forage-heads/… bookmarks", sync.heads.len() - 1));
+    }
+    if let Some(why) = &sync.jj_failed {
+        ctx.out.warn(format!("{why}; the agent's commits were read from its repository instead"));
+    }
+    if sync.heads_left_out > 0 {
+        ctx.out.warn(format!(
+            "{} further work heads of the agent's got no bookmark: forage gives at most {MAX_HEADS} heads one (the working copy's first, then the newest); combine or abandon the others inside",
+            sync.heads_left_out
+        ));
     }
     for id in &sync.not_the_agents {
         ctx.out.warn(format!(

@@ -141,7 +141,7 @@ fn two_jj_sandboxes_see_each_others_work_read_only_and_parallel_ups_all_succeed(
     let out = sh(
         &env,
         &b,
-        &format!("cd /workspace && jj git import >/dev/null 2>&1; jj log -r 'forage/{a}@host' --no-graph -T description && jj new 'forage/{a}@host' && test -f a2.txt && echo b > b2.txt && jj describe -m from-b"),
+        &format!("cd /workspace && jj git import >/dev/null 2>&1 && jj log -r 'forage/{a}@host' --no-graph -T description && jj new 'forage/{a}@host' && test -f a2.txt && echo b > b2.txt && jj describe -m from-b"),
     );
     assert!(out.starts_with("from-a"), "{out}");
     env.ok(&["sync", &b]);
@@ -230,7 +230,7 @@ fn without_jj_in_the_image_the_files_are_still_archived() {
     let out = env.run(&["down", &name]);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not archived: the agent's jj changes"),
+        String::from_utf8_lossy(&out.stderr).contains("not archived: jj's snapshot in the sandbox"),
         "{}",
         describe(&out)
     );

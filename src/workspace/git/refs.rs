@@ -45,27 +45,34 @@ pub fn parse_oid(text: &str) -> Option<Oid> {
     (text.len() == 40 && text.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Oid::from_str(text).ok()).flatten()
 }
 
-impl PrivateRefs {
-    pub fn read(git: &Dir) -> Result<PrivateRefs> {
-        let mut all: BTreeMap<String, Oid> = BTreeMap::new();
-        if let Some(packed) = git.read("packed-refs", MAX_PACKED_REFS).map_err(err)? {
-            for line in String::from_utf8_lossy(&packed).lines() {
-                if line.starts_with('#') || line.starts_with('^') {
-                    continue;
-                }
-                if let Some((id, name)) = line.split_once(' ') {
-                    if let Some(id) = parse_oid(id) {
-                        if git2::Reference::is_valid_name(name) && all.len() < MAX_REFS {
-                            all.insert(name.to_owned(), id);
-                        }
+/// Every ref of the repository `git` (packed, then loose), by full name, as
+/// read by the rules above.
+pub fn read_all(git: &Dir) -> Result<BTreeMap<String, Oid>> {
+    let mut all: BTreeMap<String, Oid> = BTreeMap::new();
+    if let Some(packed) = git.read("packed-refs", MAX_PACKED_REFS).map_err(err)? {
+        for line in String::from_utf8_lossy(&packed).lines() {
+            if line.starts_with('#') || line.starts_with('^') {
+                continue;
+            }
+            if let Some((id, name)) = line.split_once(' ') {
+                if let Some(id) = parse_oid(id) {
+                    if git2::Reference::is_valid_name(name) && all.len() < MAX_REFS {
+                        all.insert(name.to_owned(), id);
                     }
                 }
             }
         }
-        // Loose refs win over packed ones, as in git.
-        if let Some(refs) = git.dir("refs").map_err(err)? {
-            read_loose(&refs, "refs", 0, &mut all)?;
-        }
+    }
+    // Loose refs win over packed ones, as in git.
+    if let Some(refs) = git.dir("refs").map_err(err)? {
+        read_loose(&refs, "refs", 0, &mut all)?;
+    }
+    Ok(all)
+}
+
+impl PrivateRefs {
+    pub fn read(git: &Dir) -> Result<PrivateRefs> {
+        let all = read_all(git)?;
         let head = match git.read("HEAD", MAX_LOOSE_REF).map_err(err)? {
             Some(bytes) => {
                 let text = String::from_utf8_lossy(&bytes);

@@ -12,15 +12,18 @@
 //!
 //! From then on forage never runs jj on the host against the private repository.
 //! It runs jj *inside* (`state.rs`: the agent's config can only harm the agent) to
-//! snapshot the working copy and list the agent's commits, imports them into
-//! REPO's git store with the same verification as git mode, points
-//! `refs/heads/forage/<name>` at them, and runs `jj git import` in REPO, whose
-//! config the agent can no longer touch. Change ids survive: jj writes them into
-//! the git commits it makes.
+//! snapshot the working copy and list the agent's commits (or, when jj inside
+//! cannot, reads them from the repository itself: `store`), imports them into
+//! REPO's git store with the same verification as git mode, and has REPO's jj,
+//! whose config the agent can no longer touch, take them in and move the bookmark
+//! `forage/<name>` onto them without ever importing a move itself (`bookmarks`).
+//! Change ids survive: jj writes them into the git commits it makes.
 
+mod bookmarks;
 mod ownership;
 mod review;
 pub mod state;
+mod store;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -43,6 +46,11 @@ pub use state::AgentState;
 pub const ARCHIVE_PREFIX: &str = "forage/archive";
 /// A sandbox's further work heads: `forage-heads/<name>/<n>` (n from 2).
 const HEADS_PREFIX: &str = "forage-heads";
+/// The most work heads of a sandbox's that get bookmarks (and so are synced
+/// and archived): each is a bookmark in the user's repository. The working
+/// copy's comes first, then the newest; `sync` and `down` name how many more
+/// there were.
+pub const MAX_HEADS: usize = 32;
 /// The remote the agent sees the host's bookmarks under.
 const HOST_REMOTE: &str = "host";
 /// Where the private jj repository's git store lies, under its `.jj`.
@@ -449,21 +457,25 @@ impl JjWorkspace {
         vec!["sh".into(), "-c".into(), state::state_script(&hidden.join(" | "), import_host_view)]
     }
 
-    /// Brings the agent's work to the repository: imports its heads and working
-    /// copy (every object verified), points `forage/<name>` at the first head and
-    /// `forage-heads/<name>/<n>` at the others, and has the repository's jj import
-    /// them. Records what it brought, for `status` while the sandbox is stopped.
+    /// Brings the agent's work to the repository: imports its first
+    /// `MAX_HEADS` heads and its working copy (every object verified), points
+    /// `forage/<name>` at the first head and `forage-heads/<name>/<n>` at the
+    /// others (`bookmarks`). Records what it brought, for `status` while the
+    /// sandbox is stopped.
     pub fn bring_to_host(&self, state: &AgentState) -> Result<JjSync> {
         let host = self.open_host()?;
         let owned_file = self.owned_file()?;
         let mut owned = ownership::Owned::read(&owned_file);
-        let mut tips = state.heads();
+        let mut heads = state.heads();
+        let left_out = heads.len().saturating_sub(MAX_HEADS);
+        heads.truncate(MAX_HEADS);
+        let mut tips = heads.clone();
         tips.push(state.working_copy());
         let imported = self.import(&host, &tips, &owned)?;
         owned.add(&owned_file, imported.commits.iter().map(|(id, _)| *id))?;
         // Only the sandbox's own commits get its bookmarks: jj inside may name
         // any commit of the repository's.
-        let (heads, foreign): (Vec<Oid>, Vec<Oid>) = state.heads().into_iter().partition(|h| owned.contains(h));
+        let (heads, foreign): (Vec<Oid>, Vec<Oid>) = heads.into_iter().partition(|h| owned.contains(h));
         let mut wanted: BTreeMap<String, Oid> = BTreeMap::new();
         for (i, head) in heads.iter().enumerate() {
             let name = match i {
@@ -472,7 +484,7 @@ impl JjWorkspace {
             };
             wanted.insert(name, *head);
         }
-        self.point_bookmarks(&host, &wanted, &owned)?;
+        self.point_bookmarks(&host, &wanted, &owned, false)?;
         let sync = JjSync {
             bookmark: self.bookmark.clone(),
             heads: heads.iter().map(Oid::to_string).collect(),
@@ -480,6 +492,8 @@ impl JjWorkspace {
             working_copy: state.working_copy().to_string(),
             since: state.since,
             not_the_agents: foreign.iter().map(Oid::to_string).collect(),
+            heads_left_out: left_out,
+            jj_failed: None,
         };
         if let Some(private) = &self.private {
             let json = serde_json::to_vec(&sync).map_err(ws_err)?;
@@ -488,40 +502,48 @@ impl JjWorkspace {
         Ok(sync)
     }
 
+    /// What jj inside said, or, if it could not say (`why`), the agent's
+    /// commits as its repository keeps them (`store`), with `why` kept for
+    /// the report.
+    fn state_or_store(
+        &self,
+        said: std::result::Result<AgentState, String>,
+    ) -> std::result::Result<(AgentState, Option<String>), String> {
+        let why = match said {
+            Ok(state) => return Ok((state, None)),
+            Err(why) => why,
+        };
+        match self.state_from_store() {
+            Ok(state) => Ok((state, Some(why))),
+            Err(e) => Err(format!("{why}; and {e}")),
+        }
+    }
+
+    /// The agent's commits read from its repository without jj (`store`),
+    /// imported (every object verified) and described as jj inside would: its
+    /// own commits reachable from what the repository keeps, newest first, each
+    /// work unless empty and undescribed. The working copy is the one its
+    /// operation log names, or else the base; its files are then compared
+    /// whole (`since` the epoch).
+    fn state_from_store(&self) -> Result<AgentState> {
+        let private_jj = self.private_jj().ok_or_else(|| ws_err("no private repository"))?;
+        let found = store::read(&Dir::open(&private_jj).map_err(ws_err)?)?;
+        let host = self.open_host()?;
+        let owned_file = self.owned_file()?;
+        let mut owned = ownership::Owned::read(&owned_file);
+        let working_copy = found.working_copy.unwrap_or(Oid::from_str(&self.base[0]).map_err(ws_err)?);
+        let mut tips = found.tips.clone();
+        tips.push(working_copy);
+        let imported = self
+            .import(&host, &tips, &owned)
+            .map_err(|e| ws_err(format!("the commits named by {}: {e}", found.source)))?;
+        owned.add(&owned_file, imported.commits.iter().map(|(id, _)| *id))?;
+        Ok(state::from_commits(&host, &tips, working_copy, |id| owned.contains(id), found.all_versions))
+    }
+
     /// FORAGE_HOME/private/<name>/owned (see `ownership`).
     fn owned_file(&self) -> Result<PathBuf> {
         self.private.as_ref().map(|p| p.join("owned")).ok_or_else(|| ws_err("no private repository"))
-    }
-
-    /// Makes the sandbox's bookmarks exactly `wanted` (all on commits it owns),
-    /// has the repository's jj import them, and abandons the sandbox's own
-    /// commits they no longer reach.
-    fn point_bookmarks(
-        &self,
-        host: &Repository,
-        wanted: &BTreeMap<String, Oid>,
-        owned: &ownership::Owned,
-    ) -> Result<()> {
-        let old = self.set_bookmark_refs(host, wanted)?;
-        if old.is_none() {
-            return Ok(());
-        }
-        let repo = self.repo_str()?;
-        jj_on_host(repo, &["git", "import"])?;
-        let new: Vec<Oid> = wanted.values().copied().collect();
-        ownership::abandon_obsolete(repo, host, &old.unwrap_or_default(), &new, owned)
-    }
-
-    /// Removes the sandbox's bookmarks (`forage/<name>` and its further heads)
-    /// and abandons the work only they kept: for `down --discard`, and after an
-    /// archive bookmark took the work over.
-    pub fn drop_bookmarks(&self) -> Result<()> {
-        if self.is_legacy() {
-            return Ok(());
-        }
-        let host = self.open_host()?;
-        let owned = ownership::Owned::read(&self.owned_file()?);
-        self.point_bookmarks(&host, &BTreeMap::new(), &owned)
     }
 
     /// What the last `bring_to_host` brought, if any.
@@ -546,37 +568,6 @@ impl JjWorkspace {
             host.find_commit(*tip).map_err(|_| ws_err(format!("the agent's commit {tip} is not a commit")))?;
         }
         Ok(imported)
-    }
-
-    /// Makes the sandbox's bookmarks (`forage/<name>`, `forage-heads/<name>/*`)
-    /// exactly `wanted`, as git refs of the repository's store. If anything
-    /// changed (which the repository's jj then has to import), returns where
-    /// they pointed before.
-    fn set_bookmark_refs(&self, host: &Repository, wanted: &BTreeMap<String, Oid>) -> Result<Option<Vec<Oid>>> {
-        let mut current: HashMap<String, Oid> = HashMap::new();
-        let globs = [self.bookmark.clone(), format!("{HEADS_PREFIX}/{}/*", self.bookmark_name())];
-        for glob in globs {
-            for r in host.references_glob(&format!("refs/heads/{glob}")).map_err(ws_err)? {
-                let r = r.map_err(ws_err)?;
-                if let (Ok(name), Some(id)) = (r.name(), r.target()) {
-                    current.insert(name.trim_start_matches("refs/heads/").to_owned(), id);
-                }
-            }
-        }
-        let before: Vec<Oid> = current.values().copied().collect();
-        let mut changed = false;
-        for (name, id) in wanted {
-            if current.remove(name) != Some(*id) {
-                host.reference(&format!("refs/heads/{name}"), *id, true, "forage: the agent's work")
-                    .map_err(|e| ws_err(format!("pointing {name} at {id}: {e}")))?;
-                changed = true;
-            }
-        }
-        for name in current.keys() {
-            host.find_reference(&format!("refs/heads/{name}")).and_then(|mut r| r.delete()).map_err(ws_err)?;
-            changed = true;
-        }
-        Ok(changed.then_some(before))
     }
 
     /// Files of the workspace that changed after jj's snapshot `since` (or that
@@ -626,11 +617,20 @@ impl JjWorkspace {
         }
         let host = self.open_host()?;
         let last = self.last_sync();
-        let (heads, working_copy, since, changes) = match state
-            .map(|s| self.bring_to_host(&s).map_err(|e| e.to_string()))
-        {
-            Ok(Ok(sync)) => (sync.heads, sync.working_copy, sync.since, sync.changes),
-            Ok(Err(why)) | Err(why) => {
+        let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
+            self.bring_to_host(&state).map(|sync| (sync, jj_failed)).map_err(|e| e.to_string())
+        });
+        let (heads, working_copy, since, changes) = match brought {
+            Ok((sync, jj_failed)) => {
+                if let Some(why) = jj_failed {
+                    out.not_archived.push(read_without_jj(why));
+                }
+                if sync.heads_left_out > 0 {
+                    out.not_archived.push(heads_left_out(sync.heads_left_out));
+                }
+                (sync.heads, sync.working_copy, sync.since, sync.changes)
+            }
+            Err(why) => {
                 out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
                 match last {
                     Some(s) => (s.heads, s.working_copy, s.since, s.changes),
@@ -660,11 +660,10 @@ impl JjWorkspace {
             }
         }
         let archives = self.archive_bookmarks(&host, name, timestamp, &heads)?;
-        // The archive bookmarks now keep the work; the sandbox's own go. The
-        // repository's jj imports both.
-        if self.set_bookmark_refs(&host, &BTreeMap::new())?.is_some() || !archives.is_empty() {
-            jj_on_host(self.repo_str()?, &["git", "import"])?;
-        }
+        // The archive bookmarks (fresh refs) now keep the work; the sandbox's
+        // own go, and the repository's jj takes both in (`bookmarks`).
+        let owned = ownership::Owned::read(&self.owned_file()?);
+        self.point_bookmarks(&host, &BTreeMap::new(), &owned, !archives.is_empty())?;
         // The first head's archive last, as the one `restore` takes by default.
         for (i, (refname, commit)) in archives.into_iter().enumerate().rev() {
             let (commits, dirty) = if i == 0 { (changes, std::mem::take(&mut dirty_files)) } else { (0, Vec::new()) };
@@ -697,6 +696,14 @@ impl JjWorkspace {
         heads: &[Oid],
     ) -> Result<Vec<(String, Oid)>> {
         let mut archives = Vec::new();
+        if heads.is_empty() {
+            return Ok(archives);
+        }
+        // Names jj has too (a repository not colocated may not have exported
+        // them): an archive is always a fresh ref, which any jj imports harmlessly.
+        let pattern = format!("glob:{ARCHIVE_PREFIX}/{name}/*");
+        let listed = jj_on_host(self.repo_str()?, &["bookmark", "list", "-T", "name ++ \"\\n\"", &pattern])?;
+        let taken: HashSet<&str> = listed.lines().collect();
         for (i, head) in heads.iter().enumerate() {
             let stem = match i {
                 0 => format!("{ARCHIVE_PREFIX}/{name}/{timestamp}"),
@@ -704,7 +711,7 @@ impl JjWorkspace {
             };
             let mut bookmark = stem.clone();
             let mut n = 1;
-            while host.find_reference(&format!("refs/heads/{bookmark}")).is_ok() {
+            while taken.contains(bookmark.as_str()) || host.find_reference(&format!("refs/heads/{bookmark}")).is_ok() {
                 bookmark = format!("{stem}-{n}");
                 n += 1;
             }
@@ -753,7 +760,8 @@ impl JjWorkspace {
             return Ok(out);
         }
         let tips: Vec<Oid> = if work.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
-        let work: Vec<Oid> = work.into_iter().filter(|id| !super::review::held_by(&host, *id, &tips)).collect();
+        let held = reached_from(&host, &work, &tips)?;
+        let work: Vec<Oid> = work.into_iter().filter(|id| !held.contains(id)).collect();
         let objects = Dir::open(private)
             .and_then(|d| d.dir_path(format!("jj/{STORE_GIT}/objects")))
             .map_err(|e| ws_err(format!("reading the agent's repository: {e}")))?;
@@ -869,8 +877,9 @@ impl Workspace for JjWorkspace {
                 "the sandbox was made by an older forage, whose jj sandboxes shared the repository with the agent: there is nothing to sync",
             ));
         }
-        let state = Self::agent_state(inside).map_err(Error::workspace)?;
-        self.bring_to_host(&state).map(Synced::Jj)
+        let (state, jj_failed) = self.state_or_store(Self::agent_state(inside)).map_err(Error::workspace)?;
+        let sync = self.bring_to_host(&state)?;
+        Ok(Synced::Jj(JjSync { jj_failed, ..sync }))
     }
 
     fn at_stake(&self, inside: Option<Inside>) -> Result<Option<AtStake>> {
@@ -913,6 +922,48 @@ impl Workspace for JjWorkspace {
     }
 }
 
+/// Which of `commits` one of `tips` (the user's bookmarks) is or descends from,
+/// in one walk down from the tips that stops at the commits `commits` sit on:
+/// linear, where asking for each commit (`review::held_by`) is quadratic in a
+/// long chain. (One of `commits` under a commit it sits on, which only a user
+/// building on the agent's work and the agent building on that makes, counts as
+/// not reached: said to be at stake, never lost.)
+fn reached_from(host: &Repository, commits: &[Oid], tips: &[Oid]) -> Result<HashSet<Oid>> {
+    let set: HashSet<Oid> = commits.iter().copied().collect();
+    if set.is_empty() || tips.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut walk = host.revwalk().map_err(ws_err)?;
+    for tip in tips {
+        walk.push(*tip).map_err(ws_err)?;
+    }
+    for commit in commits.iter().filter_map(|id| host.find_commit(*id).ok()) {
+        for parent in commit.parent_ids().filter(|p| !set.contains(p)) {
+            walk.hide(parent).map_err(ws_err)?;
+        }
+    }
+    Ok(walk.filter_map(std::result::Result::ok).filter(|id| set.contains(id)).collect())
+}
+
+/// What `down` says when jj inside could not run (`why`) and the agent's
+/// commits were read from its repository instead (`state_from_store`).
+fn read_without_jj(why: String) -> NotArchived {
+    NotArchived {
+        source: "jj's snapshot in the sandbox".into(),
+        why: format!("{why}; the agent's commits were read from its repository instead, and its files as they are now"),
+    }
+}
+
+/// What `down` says of work heads beyond `MAX_HEADS`.
+fn heads_left_out(n: usize) -> NotArchived {
+    NotArchived {
+        source: format!("{n} further work head{} of the agent's", if n == 1 { "" } else { "s" }),
+        why: format!(
+            "forage keeps at most {MAX_HEADS} heads of a sandbox's (the working copy's first, then the newest)"
+        ),
+    }
+}
+
 /// The files of a workspace that jj's snapshot had not seen, as a commit.
 struct LateFiles {
     commit: Oid,
@@ -937,6 +988,17 @@ pub struct JjSync {
     /// (its history, another sandbox's work): given no bookmark.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_the_agents: Vec<String>,
+    /// Work heads beyond `MAX_HEADS`, which got no bookmark.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub heads_left_out: usize,
+    /// Why jj inside could not say what the agent's commits were, when they
+    /// were read from its repository instead (`state_from_store`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jj_failed: Option<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Deletes archive bookmark `name` (one of `forage/archive/`) if it still

@@ -79,8 +79,9 @@ impl Review for JjWorkspace {
     }
 
     /// `jj bookmark set`, the jj way. A commit forage made (a merge or a
-    /// squash) is first made known to the repository's jj through a bookmark
-    /// of the sandbox's own (`forage-landing/<name>`), removed again after.
+    /// squash) is first made known to the repository's jj through a fresh ref
+    /// of the sandbox's own (`forage-landing/<name>`), which jj then deletes
+    /// itself: no git ref jj knows of moves under it (see `bookmarks`).
     fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()> {
         let (before, after) = (plan.before_id()?, plan.commit_id()?);
         let now = self.user_bookmarks()?.get(&plan.target).copied();
@@ -92,19 +93,21 @@ impl Review for JjWorkspace {
             .hint("run the merge again"));
         }
         let root = self.repo_str()?;
-        let landing = format!("refs/heads/forage-landing/{}", self.bookmark_name());
+        let landing = format!("forage-landing/{}", self.bookmark_name());
         let made_by_forage = !plan.fast_forward;
         if made_by_forage {
-            repo.reference(&landing, after, true, "forage: a merge to land")
+            // Not forced: one left behind is taken in and deleted first.
+            if repo.find_reference(&format!("refs/heads/{landing}")).is_ok() {
+                jj_on_host(root, &["git", "import"])?;
+                self.delete_bookmarks(repo, root, std::slice::from_ref(&landing))?;
+            }
+            repo.reference(&format!("refs/heads/{landing}"), after, false, "forage: a merge to land")
                 .map_err(|e| ws_err(format!("writing {landing}: {e}")))?;
             jj_on_host(root, &["git", "import"])?;
         }
         let set = jj_on_host(root, &["bookmark", "set", &plan.target, "-r", &after.to_string()]);
         if made_by_forage {
-            if let Ok(mut r) = repo.find_reference(&landing) {
-                let _ = r.delete();
-            }
-            jj_on_host(root, &["git", "import"])?;
+            self.delete_bookmarks(repo, root, &[landing])?;
         }
         set.map(|_| ())
     }

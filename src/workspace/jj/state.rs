@@ -5,8 +5,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use git2::Oid;
+use git2::{Oid, Repository};
 
+use super::ownership::ChangeId;
 use crate::workspace::git::refs::parse_oid;
 
 /// Lines of the state a run of jj inside may print, at most.
@@ -108,32 +109,114 @@ impl AgentState {
 
     /// The agent's work heads: work commits of which no other work commit
     /// descends. The first is the one the working copy sits on (or is), if any.
+    /// Linear in the commits and their parent links: the agent decides how
+    /// many there are.
     pub fn heads(&self) -> Vec<Oid> {
         let parents: HashMap<Oid, &[Oid]> = self.commits.iter().map(|c| (c.id, c.parents.as_slice())).collect();
-        let ancestors = |start: Oid| {
-            let mut seen = HashSet::new();
-            let mut todo: Vec<Oid> = parents.get(&start).map(|p| p.to_vec()).unwrap_or_default();
-            while let Some(id) = todo.pop() {
-                if seen.insert(id) {
-                    todo.extend(parents.get(&id).map(|p| p.to_vec()).unwrap_or_default());
-                }
-            }
-            seen
-        };
-        let mut below_work: HashSet<Oid> = HashSet::new();
-        for c in self.commits.iter().filter(|c| c.work) {
-            below_work.extend(ancestors(c.id));
-        }
+        let work = self.commits.iter().filter(|c| c.work).map(|c| c.id);
+        let below_work = strict_ancestors(&parents, work);
         let mut heads: Vec<Oid> =
             self.commits.iter().filter(|c| c.work && !below_work.contains(&c.id)).map(|c| c.id).collect();
         let wc = self.working_copy();
-        let wc_line: HashSet<Oid> = ancestors(wc).into_iter().chain([wc]).collect();
-        if let Some(i) = heads.iter().position(|h| wc_line.contains(h) || ancestors(*h).contains(&wc)) {
+        let mut wc_line = strict_ancestors(&parents, [wc]);
+        wc_line.insert(wc);
+        wc_line.extend(self.descendants(wc));
+        if let Some(i) = heads.iter().position(|h| wc_line.contains(h)) {
             let primary = heads.remove(i);
             heads.insert(0, primary);
         }
         heads
     }
+
+    /// The commits of the state that descend from `from`.
+    fn descendants(&self, from: Oid) -> HashSet<Oid> {
+        let mut children: HashMap<Oid, Vec<Oid>> = HashMap::new();
+        for c in &self.commits {
+            for p in &c.parents {
+                children.entry(*p).or_default().push(c.id);
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut todo: Vec<Oid> = children.get(&from).cloned().unwrap_or_default();
+        while let Some(id) = todo.pop() {
+            if seen.insert(id) {
+                todo.extend(children.get(&id).into_iter().flatten());
+            }
+        }
+        seen
+    }
+}
+
+/// The state jj inside would have printed, made from the host's copy of the
+/// agent's commits (for when jj inside could not run): every commit reachable
+/// from `tips` through commits `is_own` says are the sandbox's, at most
+/// `MAX_COMMITS`, newest first (by committer time); each is work unless it is
+/// empty (its tree its only parent's, or empty on none) and undescribed, or
+/// (with `newest_versions`, for tips that include the older versions of
+/// rewritten changes) a newer commit carries its change id (of two made in
+/// the same second, the described one is taken for the newer). `working_copy` is
+/// listed, and marked, whoever's it is. `since` is the epoch: no file of the
+/// workspace can be taken to be as the working copy has it.
+pub fn from_commits(
+    repo: &Repository,
+    tips: &[Oid],
+    working_copy: Oid,
+    is_own: impl Fn(&Oid) -> bool,
+    newest_versions: bool,
+) -> AgentState {
+    let mut seen = HashSet::new();
+    // (committer time, described, change id as jj reads it, the commit)
+    let mut found: Vec<(i64, bool, Option<ChangeId>, StateCommit)> = Vec::new();
+    let mut todo: Vec<Oid> = tips.iter().copied().filter(|t| is_own(t) || *t == working_copy).collect();
+    while let Some(id) = todo.pop() {
+        if found.len() >= MAX_COMMITS || !seen.insert(id) {
+            continue;
+        }
+        let Ok(commit) = repo.find_commit(id) else { continue };
+        let parents: Vec<Oid> = commit.parent_ids().collect();
+        todo.extend(parents.iter().copied().filter(|p| is_own(p)));
+        let empty = match parents.as_slice() {
+            [parent] => repo.find_commit(*parent).is_ok_and(|p| p.tree_id() == commit.tree_id()),
+            [] => commit.tree().is_ok_and(|t| t.is_empty()),
+            _ => false,
+        };
+        let described = !commit.message_bytes().is_empty();
+        let change = commit.header_field_bytes("change-id").ok().and_then(|b| ChangeId::decode(b.as_str().ok()?));
+        let time = commit.committer().when().seconds();
+        let work = !empty || described;
+        found.push((time, described, change, StateCommit { id, parents, working_copy: id == working_copy, work }));
+    }
+    if !found.iter().any(|(.., c)| c.working_copy) {
+        let wc = StateCommit { id: working_copy, parents: Vec::new(), working_copy: true, work: false };
+        found.push((i64::MAX, false, None, wc));
+    }
+    // Newest first; of two made in the same second, the described one (jj
+    // describes a change after snapshotting it, in one command).
+    found.sort_by_key(|(time, described, _, c)| (std::cmp::Reverse(*time), !*described, c.id));
+    if newest_versions {
+        // The first commit seen with a change id is its newest version.
+        let mut versions = HashSet::new();
+        for (_, _, change, commit) in &mut found {
+            if let Some(change) = change.take() {
+                commit.work &= versions.insert(change);
+            }
+        }
+    }
+    AgentState { commits: found.into_iter().map(|(.., c)| c).collect(), since: (0, 0) }
+}
+
+/// Every commit reachable from the parents of `from` (through `parents`), each
+/// visited once however many of `from` reach it.
+fn strict_ancestors(parents: &HashMap<Oid, &[Oid]>, from: impl IntoIterator<Item = Oid>) -> HashSet<Oid> {
+    let mut seen = HashSet::new();
+    let mut todo: Vec<Oid> =
+        from.into_iter().flat_map(|id| parents.get(&id).copied().unwrap_or_default()).copied().collect();
+    while let Some(id) = todo.pop() {
+        if seen.insert(id) {
+            todo.extend(parents.get(&id).copied().unwrap_or_default());
+        }
+    }
+    seen
 }
 
 #[cfg(test)]
@@ -171,5 +254,69 @@ mod tests {
             JJ_INSIDE_FLAGS.contains("signing.behavior=drop")
                 && JJ_INSIDE_FLAGS.contains("abandon-unreachable-commits=false")
         );
+    }
+
+    #[test]
+    fn heads_of_a_long_chain_and_of_many_branches_take_linear_time() {
+        // 20,000 work commits in a chain under @, then 4,000 heads on the base.
+        let n = |i: u32| Oid::from_bytes(&[&i.to_be_bytes()[..], &[7; 16]].concat()).unwrap();
+        let base = Oid::from_bytes(&[0; 20]).unwrap();
+        let mut commits: Vec<StateCommit> = (1..=20_000)
+            .rev()
+            .map(|i| StateCommit {
+                id: n(i),
+                parents: vec![if i == 1 { base } else { n(i - 1) }],
+                working_copy: false,
+                work: true,
+            })
+            .collect();
+        commits.insert(0, StateCommit { id: n(30_000), parents: vec![n(20_000)], working_copy: true, work: false });
+        commits.extend((40_000..44_000).map(|i| StateCommit {
+            id: n(i),
+            parents: vec![base],
+            working_copy: false,
+            work: true,
+        }));
+        let state = AgentState { commits, since: (0, 0) };
+        let heads = state.heads();
+        assert_eq!(heads.len(), 4_001);
+        assert_eq!(heads[0], n(20_000), "the working copy's line first");
+    }
+
+    #[test]
+    fn a_state_read_from_the_store_keeps_the_newest_version_of_each_change() {
+        let t = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(t.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let empty = odb.write(git2::ObjectType::Tree, b"").unwrap();
+        let blob = odb.write(git2::ObjectType::Blob, b"work\n").unwrap();
+        let tree =
+            odb.write(git2::ObjectType::Tree, &[b"100644 w.txt\0".as_slice(), blob.as_bytes()].concat()).unwrap();
+        let commit = |tree: Oid, parent: Option<Oid>, change: &str, time: u32, message: &str| {
+            let parent = parent.map(|p| format!("parent {p}\n")).unwrap_or_default();
+            let text = format!(
+                "tree {tree}\n{parent}author a <a@x> 1 +0000\ncommitter a <a@x> {time} +0000\nchange-id {change}\n\n{message}"
+            );
+            odb.write(git2::ObjectType::Commit, text.as_bytes()).unwrap()
+        };
+        let base = commit(empty, None, &"z".repeat(32), 1, "base\n");
+        // One change snapshotted, then described in the same second; then a
+        // newer, empty working copy on top; and an older version of another change.
+        let snapshot = commit(tree, Some(base), &"k".repeat(32), 5, "");
+        let described = commit(tree, Some(base), &"k".repeat(32), 5, "agent work\n");
+        let wc = commit(tree, Some(described), &"l".repeat(32), 6, "");
+        let older = commit(tree, Some(base), &"m".repeat(32), 2, "old\n");
+        let newer = commit(empty, Some(base), &"m".repeat(32), 3, "new\n");
+        let own = [snapshot, described, wc, older, newer];
+        let state = from_commits(&repo, &own, wc, |id| own.contains(id), true);
+        assert_eq!(state.working_copy(), wc);
+        assert_eq!(state.heads(), [described, newer]);
+        assert_eq!(state.since, (0, 0));
+        // Without `newest_versions` (a view's heads), every version counts.
+        let state = from_commits(&repo, &own, wc, |id| own.contains(id), false);
+        assert_eq!(state.heads().len(), 4);
+        // A working copy that is not the sandbox's own is listed, but never work.
+        let state = from_commits(&repo, &[described], base, |id| *id == described, true);
+        assert_eq!((state.working_copy(), state.heads()), (base, vec![described]));
     }
 }
