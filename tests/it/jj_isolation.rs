@@ -258,8 +258,8 @@ fn an_agent_cannot_take_the_users_commits_or_change_ids_for_its_own() {
             // A commit carrying the change id of the user's working copy.
             ("forged", carrying("forged", wc_change), Some("carries the change id")),
             // The same change id in the spellings jj also reads: upper case, and mixed.
-            ("upper", carrying("upper", &upper), Some("change-id")),
-            ("mixed", carrying("mixed", &mixed), Some("change-id")),
+            ("upper", carrying("upper", &upper), Some("change id")),
+            ("mixed", carrying("mixed", &mixed), Some("change id")),
             // A tree holding a `.jj` whose store names a git directory of the agent's.
             (
                 "dotjj",
