@@ -224,8 +224,9 @@ fn directories_holding_other_programs_doors_credentials_or_autostart_are_refused
     let _tmux = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let err = env.fails(&["up", "door", "--workspace", shared.to_str().unwrap()], 2);
     assert!(err.contains(&socket.display().to_string()), "{err}");
-    // /tmp itself, with FORAGE_HOME elsewhere (else that is the first refusal).
-    let elsewhere = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(env.unique("home"));
+    // /tmp itself, with FORAGE_HOME elsewhere (else that is the first refusal;
+    // the test's own scratch directory, and perhaps the checkout, are in /tmp).
+    let elsewhere = PathBuf::from("/var/tmp").join(env.unique("forage-it-home"));
     let out = env.cmd(&["up", "door", "--workspace", "/tmp"]).env("FORAGE_HOME", &elsewhere).output().unwrap();
     let _ = std::fs::remove_dir_all(&elsewhere);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
