@@ -99,15 +99,20 @@ pub const PRIVATE_IN_HOME: &[(&str, &str)] = &[
     (".tmux.conf", "tmux's startup file"),
 ];
 
-/// Every user's home directory that `/etc/passwd` names and that exists, but
-/// `/` (which the rules refuse anyway). Users from other databases (LDAP) are
-/// not listed: their homes are still covered where they are the invoking user's.
+/// The home directories of root and of the people (uid 1000 and up) that
+/// `/etc/passwd` names, and that exist, but `/` (which the rules refuse anyway).
+/// System accounts' homes are system directories, covered by other rules, and
+/// looking at each could wake an automounter. Users from other databases
+/// (LDAP) are not listed: their homes are still covered where they are the
+/// invoking user's.
 pub fn homes_from_passwd() -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let person = |uid: u32| uid == 0 || (1000..65534).contains(&uid);
     let mut homes: Vec<PathBuf> = text
         .lines()
-        .filter_map(|line| line.split(':').nth(5))
-        .map(PathBuf::from)
+        .map(|line| line.split(':').collect::<Vec<&str>>())
+        .filter(|fields| fields.get(2).and_then(|uid| uid.parse().ok()).is_some_and(person))
+        .filter_map(|fields| fields.get(5).map(PathBuf::from))
         .filter(|home| home.is_absolute() && home.as_path() != Path::new("/") && home.is_dir())
         .filter_map(|home| home.canonicalize().ok())
         .collect();
