@@ -807,6 +807,29 @@ mod tests {
     }
 
     #[test]
+    fn work_the_target_already_has_lands_nothing_whichever_way_it_landed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let name = SandboxName::parse("s").unwrap();
+        let base = commit(&repo, None, &[("a", "1\n")], "base");
+        let work_tip = commit(&repo, Some(base), &[("a", "1\n"), ("b", "b\n")], "add b");
+        let w = work(&repo, base, work_tip);
+        let commits = log(&repo, work_tip, &[base]).unwrap();
+        // main moved, then the work was squashed onto it: its files hold the work.
+        let moved = commit(&repo, Some(base), &[("a", "one\n")], "user");
+        let squashed = commit(&repo, Some(moved), &[("a", "one\n"), ("b", "b\n")], "squashed");
+        for how in [LandHow::Merge, LandHow::Squash, LandHow::Rebase] {
+            let mut w = w.clone();
+            w.start = repo.merge_base(squashed, work_tip).unwrap();
+            let p = plan(&repo, &name, &w, commits.clone(), &landing(squashed, how)).unwrap();
+            assert!(p.is_empty() && p.already_on_target, "{how:?}: {p:?}");
+        }
+        // Work the target lacks is no such thing.
+        let p = plan(&repo, &name, &w, commits, &landing(moved, LandHow::Merge)).unwrap();
+        assert!(!p.is_empty() && !p.already_on_target, "{p:?}");
+    }
+
+    #[test]
     fn a_refused_apply_says_why_where_libgit2_does_not() {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init(dir.path()).unwrap();

@@ -169,6 +169,7 @@ fn work_already_on_the_target_lands_nothing_however_it_landed() {
         let mut args = vec!["merge", name.as_str()];
         args.extend_from_slice(how);
         let out = env.ok(&args);
+        assert_eq!(git(&repo, &["rev-parse", "main"]), squashed, "{how:?} landed it again");
         assert!(out.contains("is already on main, nothing to land"), "{how:?}: {out}");
         args.push("--json");
         let json = env.json(&args);
