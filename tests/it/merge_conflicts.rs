@@ -195,7 +195,7 @@ fn jj_conflicts_are_named_and_update_rebases_inside_and_work_on_the_bookmark_lan
     let before = main();
 
     let err = env.fails(&["merge", &name, "--yes"], 4);
-    assert!(err.contains(&format!("conflicts with bookmark \"main\" in 1 file: \"a.txt\" (committed)")), "{err}");
+    assert!(err.contains("conflicts with bookmark \"main\" in 1 file: \"a.txt\" (committed)"), "{err}");
     assert!(err.contains(&format!("forage-ctl update {name}")) && !err.contains("--conflicts"), "{err}");
     env.fails(&["merge", &name, "--conflicts"], 2);
     assert_eq!(main(), before);
