@@ -13,6 +13,9 @@ use crate::names::SandboxName;
 use crate::runtime::{ContainerState, Runtime};
 use crate::workspace::{review, Mode};
 
+/// How long `update`'s merge or rebase inside may take.
+const UPDATE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// What `update` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Updated {
@@ -71,7 +74,17 @@ impl<R: Runtime> Engine<R> {
         })
         .await?;
         let command = vec!["sh".into(), "-c".into(), script.into(), "forage-update".into(), target.clone()];
-        let (code, output) = self.runtime.run_captured(&record.container, command, self.identity).await?;
+        // The agent's git or jj config (a hook, a signing program) may never
+        // return: the sandbox's lock is not held for ever.
+        let ran =
+            tokio::time::timeout(UPDATE_DEADLINE, self.runtime.run_captured(&record.container, command, self.identity));
+        let (code, output) = ran.await.map_err(|_| {
+            Error::conflict(format!(
+                "bringing {target} into sandbox {name} did not finish within {} s (something in the agent's git or jj config may hang it); nothing of yours was changed",
+                UPDATE_DEADLINE.as_secs()
+            ))
+            .hint_run("{command} lets you look", ["shell", name.as_str()])
+        })??;
         self.sync_for_review(&record).await.map_err(|e| {
             Error::new(e.kind(), format!("{target} was brought into the sandbox, but the sync after failed: {e}"))
         })?;
