@@ -139,6 +139,21 @@ fn merge_conflicts_leaves_markers_and_merge_head_and_abort_puts_all_back() {
     let err = env.fails(&["merge", &name, "--abort"], 4);
     assert!(err.contains("is over"), "{err}");
 
+    // Never where an agent writes: --abort is refused while a direct
+    // sandbox works inside the checkout, and changes nothing.
+    env.ok(&["merge", &name, "--conflicts"]);
+    let direct = env.unique("mc-direct");
+    std::fs::create_dir(repo.join("sub")).unwrap();
+    env.ok(&["up", &direct, "--workspace", repo.join("sub").to_str().unwrap()]);
+    let left = checkout_state(&repo);
+    let err = env.fails(&["merge", &name, "--abort"], 4);
+    assert!(err.contains(&format!("which holds the workspace of sandbox {direct}")), "{err}");
+    assert_eq!(checkout_state(&repo), left);
+    env.ok(&["down", &direct]);
+    std::fs::remove_dir(repo.join("sub")).unwrap();
+    env.ok(&["merge", &name, "--abort"]);
+    assert_eq!(checkout_state(&repo), before);
+
     // The user's own `git commit` concludes it: a merge of the agent's commit.
     env.ok(&["merge", &name, "--conflicts"]);
     std::fs::write(repo.join("a.txt"), "both\n").unwrap();
