@@ -97,6 +97,9 @@ pub enum Command {
     Log(review::LogArgs),
     /// Land the agent's work on your branch (jj: bookmark), in your own checkout.
     Merge(review::MergeArgs),
+    /// Bring your branch (jj: bookmark) into the agent's work, inside the sandbox
+    /// (git: merged; jj: rebased onto), for it to resolve what conflicts.
+    Update(review::UpdateArgs),
     /// The agent's whole change as uncommitted edits in your checkout.
     Apply(NameArg),
     /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out).
@@ -201,6 +204,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Diff(args) => review::diff(&ctx, args).await,
         Command::Log(args) => review::log(&ctx, args).await,
         Command::Merge(args) => review::merge(&ctx, args).await,
+        Command::Update(args) => review::update(&ctx, args).await,
         Command::Apply(args) => review::apply(&ctx, args).await,
         Command::Wait(args) => wait::run(&ctx, args).await,
         Command::Archives(args) => archives::run(&ctx, args).await,

@@ -47,6 +47,13 @@ pub struct LogArgs {
 pub struct MergeArgs {
     /// The sandbox whose work to land.
     pub name: SandboxName,
+    /// Where the work conflicts, leave the conflicts marked in your checkout (git:
+    /// as `git merge` does), for your `git commit`; refused when it is dirty.
+    #[arg(long, conflicts_with_all = ["squash", "rebase", "abort"])]
+    pub conflicts: bool,
+    /// Undo a `merge --conflicts`: your checkout back as it was (as `git merge --abort`).
+    #[arg(long, conflicts_with_all = ["squash", "rebase", "into", "message", "yes", "dry_run"])]
+    pub abort: bool,
     /// The branch (jj: bookmark) to land it on (default: the one the sandbox was made from).
     #[arg(long, value_name = "BRANCH")]
     pub into: Option<String>,
@@ -65,6 +72,15 @@ pub struct MergeArgs {
     /// Say what would land, and change nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The sandbox whose work to update.
+    pub name: SandboxName,
+    /// The branch (jj: bookmark) to bring in (default: the one `merge` lands on).
+    #[arg(long, value_name = "BRANCH")]
+    pub from: Option<String>,
 }
 
 pub async fn diff(ctx: &Ctx, args: DiffArgs) -> Result<i32> {
@@ -200,12 +216,16 @@ pub async fn log(ctx: &Ctx, args: LogArgs) -> Result<i32> {
 
 pub async fn merge(ctx: &Ctx, args: MergeArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
+    if args.abort {
+        return abort(ctx, &args.name).await;
+    }
     let how = match (args.squash, args.rebase) {
         (true, _) => LandHow::Squash,
         (_, true) => LandHow::Rebase,
         _ => LandHow::Merge,
     };
-    let request = MergeRequest { into: args.into.clone(), how, message: args.message.clone() };
+    let request =
+        MergeRequest { into: args.into.clone(), how, message: args.message.clone(), keep_conflicts: args.conflicts };
     let plan = engine.plan_merge(&args.name, request).await?;
     if args.dry_run {
         return report_plan(ctx, &plan, false);
@@ -240,13 +260,17 @@ fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
     }
     if ctx.out.json_wanted() {
         let mut json = serde_json::to_value(plan).map_err(Error::other)?;
-        json["landed"] = (done && !plan.is_empty()).into();
+        json["landed"] = (done && !plan.is_empty() && !plan.leaves_conflicts()).into();
+        json["conflicts_left"] = (done && plan.leaves_conflicts()).into();
         return ctx.out.json(&json).map(|()| 0);
     }
     let target = shown(&plan.target);
     if plan.is_empty() {
-        ctx.out.data(format!("{target} already has the work of sandbox {}: nothing to land", plan.sandbox));
+        ctx.out.data(format!("the work of sandbox {} is already on {target}, nothing to land", plan.sandbox));
         return Ok(0);
+    }
+    if plan.leaves_conflicts() {
+        return report_conflicts_left(ctx, plan, done);
     }
     let how = match (plan.how, plan.fast_forward) {
         (_, true) => "fast-forward".to_owned(),
@@ -274,6 +298,75 @@ fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
         ctx.out.hint_run("{command} now finds nothing of it to archive", ["down", plan.sandbox.as_str()]);
     }
     Ok(0)
+}
+
+/// `merge --conflicts`: which files now hold conflict markers, where, and
+/// how to go on.
+fn report_conflicts_left(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
+    let files: Vec<String> = plan.conflicts.iter().map(|f| shown(f)).collect();
+    let n = files.len();
+    let checkout = plan.checkout.as_ref().map(|c| c.display().to_string()).unwrap_or_default();
+    let checkout = checkout.trim_end_matches('/');
+    let verb = if done { "left" } else { "would leave" };
+    ctx.out.data(format!(
+        "{verb} {n} conflicting file{} of sandbox {} in {} ({}), marked: {}",
+        if n == 1 { "" } else { "s" },
+        plan.sandbox,
+        shown(checkout),
+        shown(&plan.target),
+        files.join(", ")
+    ));
+    if done {
+        ctx.out.hint_text(&format!("resolve them, `git add` them and `git commit` in {checkout} to land the merge"));
+        ctx.out.hint_run("or {command} puts your checkout back as it was", ["merge", plan.sandbox.as_str(), "--abort"]);
+    }
+    Ok(0)
+}
+
+async fn abort(ctx: &Ctx, name: &SandboxName) -> Result<i32> {
+    let engine = ctx.engine().await?;
+    let aborted = engine.abort_merge(name).await?;
+    if ctx.out.json_wanted() {
+        return ctx.out.json(&aborted).map(|()| 0);
+    }
+    ctx.out.data(format!(
+        "aborted the merge of sandbox {name} in {}: {} is as it was before, {} file{} put back",
+        shown(&aborted.checkout),
+        shown(&aborted.target),
+        aborted.files.len(),
+        if aborted.files.len() == 1 { "" } else { "s" }
+    ));
+    Ok(0)
+}
+
+pub async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<i32> {
+    let engine = ctx.engine().await?;
+    let updated = engine.update(&args.name, args.from.clone()).await?;
+    if ctx.out.json_wanted() && updated.exit_code == 0 {
+        return ctx.out.json(&updated).map(|()| 0);
+    }
+    for line in updated.output.lines().filter(|l| !l.trim().is_empty()) {
+        ctx.out.status(format!("  {line}"));
+    }
+    let (name, from) = (updated.sandbox.as_str(), shown(&updated.from));
+    match updated.exit_code {
+        0 => {
+            ctx.out.data(format!("brought {from} into sandbox {name}"));
+            ctx.out.hint_run("{command} now lands its work", ["merge", name]);
+            Ok(0)
+        }
+        3 => Err(Error::conflict(format!(
+            "bringing {from} into sandbox {name} left conflicts there, marked in its files (listed above)"
+        ))
+        .hint_run(
+            "have its agent resolve and commit them (or do it yourself in {command}), then merge again",
+            ["shell", name],
+        )),
+        code => Err(Error::conflict(format!(
+            "bringing {from} into sandbox {name} failed inside (exit {code}); nothing of yours was changed"
+        ))
+        .hint_run("{command} lets you look", ["shell", name])),
+    }
 }
 
 pub async fn apply(ctx: &Ctx, args: super::NameArg) -> Result<i32> {

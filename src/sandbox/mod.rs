@@ -22,6 +22,7 @@ mod sync;
 #[cfg(test)]
 mod tests;
 mod up;
+mod update;
 mod wait;
 
 pub use archives::{PruneOutcome, Pruned};
@@ -32,6 +33,7 @@ pub use plan::{ContainerPlan, SecretFile, UpOptions};
 pub use query::{not_found, Activity, SandboxRow, SandboxState, SandboxStatus, IDLE_AFTER};
 pub use request::{UpRequest, UpSpec, WorkspaceSpec};
 pub use review::{Applied, DiffPart, DiffReport, LogReport, MergeRequest};
+pub use update::Updated;
 pub use wait::{Until, Waited};
 
 use std::sync::atomic::{AtomicBool, Ordering};

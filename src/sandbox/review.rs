@@ -14,6 +14,7 @@ use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Runtime;
 use crate::store::Lock;
+use crate::workspace::conflicts::Aborted;
 use crate::workspace::reach::{self, AgentReach};
 use crate::workspace::review::{self, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
 use crate::workspace::{Mode, WorkspaceRecord};
@@ -66,6 +67,9 @@ pub struct MergeRequest {
     pub how: LandHow,
     /// `--squash`'s commit message.
     pub message: Option<String>,
+    /// `--conflicts`: where the work conflicts, leave the conflicts marked in
+    /// the checkout that has the target (git).
+    pub keep_conflicts: bool,
 }
 
 /// What `apply` changed in the user's checkout.
@@ -174,7 +178,21 @@ impl<R: Runtime> Engine<R> {
             refuse_forage_target(&target, ws.mode())?;
             let tip = review.target_tip(&repo, &target)?;
             let commits = review.commits(&repo, &work)?;
-            let landing = Landing { target: &target, tip, how: request.how, message: request.message.as_deref() };
+            let kind = if ws.mode() == Mode::Jj { "bookmark" } else { "branch" };
+            let landing = Landing {
+                target: &target,
+                tip,
+                how: request.how,
+                message: request.message.as_deref(),
+                kind,
+                keep_conflicts: request.keep_conflicts,
+            };
+            if ws.mode() == Mode::Jj && request.keep_conflicts {
+                return Err(Error::usage(
+                    "--conflicts is for git: jj keeps a conflict in the change itself; bring the bookmark into the sandbox instead",
+                )
+                .hint_run("{command} rebases the agent's changes onto it, inside", ["update", name.as_str()]));
+            }
             if ws.mode() == Mode::Jj && request.how == LandHow::Rebase {
                 return Err(Error::usage(
                     "--rebase would copy the agent's jj changes under new change ids; merge without it (jj keeps them as they are), or pass --squash",
@@ -203,12 +221,33 @@ impl<R: Runtime> Engine<R> {
             if !plan.is_empty() {
                 review.land(&repo, &plan)?;
             }
+            if plan.leaves_conflicts() {
+                // Nothing landed yet: the user's `git commit` lands it.
+                return Ok(plan);
+            }
             if let Some(file) = review.landed_file() {
                 let landed =
                     Landed { target: plan.target.clone(), commit: plan.commit.clone(), tree: plan.tree.clone() };
                 landed.write(&file)?;
             }
             Ok(plan)
+        })
+        .await
+    }
+
+    /// `merge --abort`: puts the checkout where `merge --conflicts` left the
+    /// sandbox's conflicts back as it was (refusing one an agent writes).
+    pub async fn abort_merge(&self, name: &SandboxName) -> Result<Aborted> {
+        let _lock = self.lock_sandbox(name).await?;
+        let record = self.reviewable(name)?;
+        let _repo = self.lock_repo_of(&record).await?;
+        let reach = self.agent_reach().await?;
+        let ws = record.workspace.clone();
+        super::blocking(move || {
+            let review = reviewer(&ws)?;
+            let checkout = review.conflicts_checkout()?;
+            reach.refuse_checkout(&checkout, &format!("your checkout {}", checkout.display()))?;
+            review.abort_conflicts(&review.repository()?)
         })
         .await
     }
@@ -290,7 +329,7 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// The record of a sandbox whose work can be reviewed.
-    fn reviewable(&self, name: &SandboxName) -> Result<Record> {
+    pub(super) fn reviewable(&self, name: &SandboxName) -> Result<Record> {
         let record = self.record(name)?;
         if record.workspace.get().review().is_none() {
             return Err(match record.workspace.mode() {
@@ -309,7 +348,7 @@ impl<R: Runtime> Engine<R> {
 
     /// `sync` of a sandbox whose lock the caller holds, with jj's snapshot
     /// taken inside (in a helper container when it is stopped).
-    async fn sync_for_review(&self, record: &Record) -> Result<()> {
+    pub(super) async fn sync_for_review(&self, record: &Record) -> Result<()> {
         let inside = match self.run_inside_if_running(record, true).await {
             Some(inside) => Some(inside),
             None => self.run_inside_in_helper(record, true).await,
@@ -338,7 +377,7 @@ impl<R: Runtime> Engine<R> {
     }
 }
 
-fn reviewer(ws: &WorkspaceRecord) -> Result<&dyn Review> {
+pub(super) fn reviewer(ws: &WorkspaceRecord) -> Result<&dyn Review> {
     ws.get().review().ok_or_else(|| Error::usage("this sandbox's work cannot be reviewed"))
 }
 

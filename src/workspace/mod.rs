@@ -1,6 +1,7 @@
 //! Workspaces: what the agent sees at /workspace. One module per mode; each knows
 //! how to validate its input, what to mount, and how to tear itself down.
 
+pub mod conflicts;
 pub mod direct;
 pub mod dirty_memo;
 pub mod git;
@@ -162,6 +163,14 @@ pub trait Workspace: Send + Sync {
     /// Lets the agent see the user's branches or bookmarks as they are now.
     fn refresh_view_of_host(&self) -> Result<()> {
         Ok(())
+    }
+    /// `update`: the script that brings the user's branch (jj: bookmark)
+    /// `$1` into the agent's work, run inside as the agent would (git: a
+    /// merge of the agent's view of it, `origin/$1`; jj: a rebase onto
+    /// `$1@host`). It exits 3 when conflicts are left for the agent to
+    /// resolve. `None`: the workspace has no history to update.
+    fn update_script(&self) -> Option<&'static str> {
+        None
     }
     /// What the review commands read and land (`None`: a direct workspace,
     /// which has no history).

@@ -75,10 +75,25 @@ pub trait Review {
     /// one and landing all of its files or none; jj: the bookmark, which the
     /// repository's jj then imports).
     fn land(&self, repo: &Repository, plan: &LandPlan) -> Result<()>;
+    /// The checkout where `merge --conflicts` left this sandbox's conflicts,
+    /// for the caller to check that no agent writes there (git only).
+    fn conflicts_checkout(&self) -> Result<PathBuf> {
+        Err(no_conflicts_left())
+    }
+    /// `merge --abort`: puts that checkout back as it was before.
+    fn abort_conflicts(&self, _repo: &Repository) -> Result<super::conflicts::Aborted> {
+        Err(no_conflicts_left())
+    }
     /// The change from `work.start` to `work.current` as uncommitted edits in
     /// the user's own checkout; refused, changing nothing, where it does not
     /// apply cleanly. Returns the paths it changed.
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>>;
+}
+
+fn no_conflicts_left() -> Error {
+    Error::usage(
+        "--abort undoes a `merge --conflicts`, which only git sandboxes have: jj keeps conflicts in the changes",
+    )
 }
 
 /// Backs `repo`'s object store with memory for what is written through this
@@ -256,6 +271,9 @@ pub struct LandPlan {
     pub how: LandHow,
     /// True when the target moves to the agent's own commit, making none.
     pub fast_forward: bool,
+    /// True when the target already holds the work, by content (a merge
+    /// would change none of its files), however it got there: nothing lands.
+    pub already_on_target: bool,
     /// The agent's commits being landed, newest first.
     pub commits: Vec<LogEntry>,
     /// Uncommitted files of the sandbox's, landed as a commit of their own
@@ -272,11 +290,25 @@ pub struct LandPlan {
     /// it and the caller checked it: `land` writes nowhere else.
     #[serde(skip)]
     pub checkout: Option<PathBuf>,
+    /// `merge --conflicts` where the work conflicts: the files left with
+    /// conflict markers in the checkout. `commit` is then a commit of the
+    /// files as they are left (markers and all) on the target, which no
+    /// branch moves to; `merge_head` the agent's commit the user's own
+    /// `git commit` concludes the merge with.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_head: Option<String>,
 }
 
 impl LandPlan {
     pub fn is_empty(&self) -> bool {
         self.commit == self.before
+    }
+
+    /// True when landing leaves conflicts in the checkout (`--conflicts`).
+    pub fn leaves_conflicts(&self) -> bool {
+        !self.conflicts.is_empty()
     }
 
     pub fn before_id(&self) -> Result<Oid> {
@@ -340,6 +372,11 @@ pub struct Landing<'a> {
     pub how: LandHow,
     /// The squashed commit's message (default: one made from the agent's).
     pub message: Option<&'a str>,
+    /// What the target is: "branch" (git) or "bookmark" (jj).
+    pub kind: &'a str,
+    /// Where the work conflicts, plan to leave the conflicts marked in the
+    /// user's checkout (`merge --conflicts`, git) rather than refuse.
+    pub keep_conflicts: bool,
 }
 
 /// Computes how to land `work` of sandbox `name` as `landing` says: writes the
@@ -378,10 +415,17 @@ pub fn plan(
         let text = format!("Uncommitted work of sandbox {name}\n");
         repo.commit(None, &sig, &sig, &text, &tree, &[&parent]).map_err(err)?
     };
-    let commit = match how {
+    let merged = match how {
         LandHow::Merge => merge(repo, name, head, target_tip, &sig)?,
         LandHow::Squash => squash(repo, name, work, &commits, target_tip, &sig, landing.message)?,
         LandHow::Rebase => rebase(repo, work.start, head, target_tip)?,
+    };
+    let (commit, conflicts) = match merged {
+        Ok(commit) => (commit, Vec::new()),
+        Err(Conflicted(paths)) if landing.keep_conflicts => {
+            (super::conflicts::marked_commit(repo, name, landing.target, head, target_tip)?, paths)
+        }
+        Err(Conflicted(paths)) => return Err(conflict_error(repo, name, work, landing, &paths)),
     };
     let fast_forward = commit == head && commit != target_tip;
     Ok(LandPlan {
@@ -391,30 +435,48 @@ pub fn plan(
         commit: commit.to_string(),
         how,
         fast_forward,
+        already_on_target: commit == target_tip,
         commits,
         uncommitted,
         tree: work.current.to_string(),
         not_read: work.skipped.clone(),
         checkout: None,
+        merge_head: (!conflicts.is_empty()).then(|| head.to_string()),
+        conflicts,
     })
 }
 
+/// The files where a merge conflicts, sorted.
+#[derive(Debug)]
+pub struct Conflicted(pub Vec<String>);
+
+/// A commit to land, or the files where the work conflicts with the target.
+type Merged = std::result::Result<Oid, Conflicted>;
+
 /// The target already holds `head`: nothing; `head` descends from the target:
-/// `head` (a fast-forward); else a merge commit of the two.
-fn merge(repo: &Repository, name: &SandboxName, head: Oid, target_tip: Oid, sig: &Signature<'_>) -> Result<Oid> {
+/// `head` (a fast-forward); else a merge commit of the two, unless the
+/// target's files already hold every change of `head`'s (it landed another
+/// way, `--squash` say): then nothing too, rather than an empty merge.
+fn merge(repo: &Repository, name: &SandboxName, head: Oid, target_tip: Oid, sig: &Signature<'_>) -> Result<Merged> {
     if head == target_tip || repo.graph_descendant_of(target_tip, head).map_err(err)? {
-        return Ok(target_tip);
+        return Ok(Ok(target_tip));
     }
     if repo.graph_descendant_of(head, target_tip).map_err(err)? {
-        return Ok(head);
+        return Ok(Ok(head));
     }
     let ours = repo.find_commit(target_tip).map_err(err)?;
     let theirs = repo.find_commit(head).map_err(err)?;
     let mut index = repo.merge_commits(&ours, &theirs, None).map_err(err)?;
-    refuse_conflicts(&index)?;
-    let tree = repo.find_tree(index.write_tree_to(repo).map_err(err)?).map_err(err)?;
+    if let Some(conflicted) = conflicts_of(&index)? {
+        return Ok(Err(conflicted));
+    }
+    let tree_id = index.write_tree_to(repo).map_err(err)?;
+    if tree_id == ours.tree_id() {
+        return Ok(Ok(target_tip));
+    }
+    let tree = repo.find_tree(tree_id).map_err(err)?;
     let text = format!("Merge the work of sandbox {name}\n");
-    repo.commit(None, sig, sig, &text, &tree, &[&ours, &theirs]).map_err(err)
+    repo.commit(None, sig, sig, &text, &tree, &[&ours, &theirs]).map(Ok).map_err(err)
 }
 
 /// One commit on the target with the change from `work.start` to its files now.
@@ -426,22 +488,24 @@ fn squash(
     target_tip: Oid,
     sig: &Signature<'_>,
     message: Option<&str>,
-) -> Result<Oid> {
+) -> Result<Merged> {
     let ours = repo.find_commit(target_tip).map_err(err)?;
     let base = repo.find_tree(tree_of(repo, work.start)?).map_err(err)?;
     let theirs = repo.find_tree(work.current).map_err(err)?;
     let mut index = repo.merge_trees(&base, &ours.tree().map_err(err)?, &theirs, None).map_err(err)?;
-    refuse_conflicts(&index)?;
+    if let Some(conflicted) = conflicts_of(&index)? {
+        return Ok(Err(conflicted));
+    }
     let tree_id = index.write_tree_to(repo).map_err(err)?;
     if tree_id == ours.tree_id() {
-        return Ok(target_tip);
+        return Ok(Ok(target_tip));
     }
     let tree = repo.find_tree(tree_id).map_err(err)?;
     let text = match message {
         Some(m) => format!("{}\n", m.trim_end()),
         None => squash_message(name, commits),
     };
-    repo.commit(None, sig, sig, &text, &tree, &[&ours]).map_err(err)
+    repo.commit(None, sig, sig, &text, &tree, &[&ours]).map(Ok).map_err(err)
 }
 
 /// "The work of sandbox x", then the agent's commit summaries, oldest first.
@@ -458,7 +522,7 @@ fn squash_message(name: &SandboxName, commits: &[LogEntry]) -> String {
 
 /// The commits from `start` to `head` copied onto the target, oldest first;
 /// their authors and messages kept.
-fn rebase(repo: &Repository, start: Oid, head: Oid, target_tip: Oid) -> Result<Oid> {
+fn rebase(repo: &Repository, start: Oid, head: Oid, target_tip: Oid) -> Result<Merged> {
     let mut walk = repo.revwalk().map_err(err)?;
     walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE).map_err(err)?;
     walk.push(head).map_err(err)?;
@@ -475,7 +539,9 @@ fn rebase(repo: &Repository, start: Oid, head: Oid, target_tip: Oid) -> Result<O
             )));
         }
         let mut index = repo.cherrypick_commit(&commit, &onto, 0, None).map_err(err)?;
-        refuse_conflicts(&index)?;
+        if let Some(conflicted) = conflicts_of(&index)? {
+            return Ok(Err(conflicted));
+        }
         let tree = repo.find_tree(index.write_tree_to(repo).map_err(err)?).map_err(err)?;
         if tree.id() == onto.tree_id() {
             continue;
@@ -484,13 +550,13 @@ fn rebase(repo: &Repository, start: Oid, head: Oid, target_tip: Oid) -> Result<O
         let copied = repo.commit(None, &commit.author(), &committer, &message, &tree, &[&onto]).map_err(err)?;
         onto = repo.find_commit(copied).map_err(err)?;
     }
-    Ok(onto.id())
+    Ok(Ok(onto.id()))
 }
 
-/// A merge that conflicts is refused, naming the files, before anything moves.
-fn refuse_conflicts(index: &git2::Index) -> Result<()> {
+/// The files where `index` (a merge's) conflicts, if any, sorted.
+fn conflicts_of(index: &git2::Index) -> Result<Option<Conflicted>> {
     if !index.has_conflicts() {
-        return Ok(());
+        return Ok(None);
     }
     let mut paths: Vec<String> = index
         .conflicts()
@@ -501,11 +567,61 @@ fn refuse_conflicts(index: &git2::Index) -> Result<()> {
         .collect();
     paths.sort();
     paths.dedup();
-    Err(Error::conflict(format!(
-        "the agent's work conflicts with the target in {}; nothing was changed",
-        paths.join(", ")
+    Ok(Some(Conflicted(paths)))
+}
+
+/// A merge that conflicts is refused before anything moves, naming the
+/// target, each file (escaped: the agent chose its name) and whether the
+/// agent's commits or its uncommitted files bring the conflict, and the
+/// commands that resolve it: in the sandbox, or (git) in the user's checkout.
+fn conflict_error(
+    repo: &Repository,
+    name: &SandboxName,
+    work: &Work,
+    landing: &Landing<'_>,
+    paths: &[String],
+) -> Error {
+    let committed = committed_conflicts(repo, work, landing.tip).unwrap_or_else(|_| paths.to_vec());
+    let label = |p: &String| {
+        let part = if committed.contains(p) { "committed" } else { "uncommitted" };
+        format!("{p:?} ({part})")
+    };
+    let shown: Vec<String> = paths.iter().take(20).map(label).collect();
+    let more = paths.len().saturating_sub(shown.len());
+    let files = format!(
+        "{} file{}: {}{}",
+        paths.len(),
+        if paths.len() == 1 { "" } else { "s" },
+        shown.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    );
+    let (kind, target) = (landing.kind, landing.target);
+    let e = Error::conflict(format!(
+        "the work of sandbox {name} conflicts with {kind} {target:?} in {files}; nothing was changed"
     ))
-    .hint("land it with your own tools, or have the agent bring the target's changes into its work first"))
+    .hint_run(
+        format!("bring {target} into the sandbox, for its agent to resolve what conflicts there, then merge again: {{command}}"),
+        ["update", name.as_str()],
+    );
+    if landing.kind == "branch" {
+        e.hint_run(
+            "or resolve them in your checkout: {command} leaves them there marked, for your `git commit` (`--abort` puts it back)",
+            ["merge", name.as_str(), "--conflicts"],
+        )
+    } else {
+        e
+    }
+}
+
+/// The files where the agent's commits alone (its uncommitted files left
+/// out) conflict with the target's tip `target_tip`.
+fn committed_conflicts(repo: &Repository, work: &Work, target_tip: Oid) -> Result<Vec<String>> {
+    let tree = |id: Oid| repo.find_tree(id).map_err(err);
+    let base = tree(tree_of(repo, work.start)?)?;
+    let ours = tree(tree_of(repo, target_tip)?)?;
+    let theirs = tree(tree_of(repo, work.tip)?)?;
+    let index = repo.merge_trees(&base, &ours, &theirs, None).map_err(err)?;
+    Ok(conflicts_of(&index)?.map(|c| c.0).unwrap_or_default())
 }
 
 /// Applies the change from tree `old` to tree `new` to the working directory
@@ -640,7 +756,7 @@ mod tests {
     }
 
     fn landing(tip: Oid, how: LandHow) -> Landing<'static> {
-        Landing { target: "main", tip, how, message: None }
+        Landing { target: "main", tip, how, message: None, kind: "branch", keep_conflicts: false }
     }
 
     fn work(repo: &Repository, start: Oid, tip: Oid) -> Work {
@@ -685,8 +801,32 @@ mod tests {
         for how in [LandHow::Merge, LandHow::Squash, LandHow::Rebase] {
             let e = plan(&repo, &name, &w, commits.clone(), &landing(clash, how)).unwrap_err();
             assert_eq!(e.exit_code(), 4, "{how:?}: {e}");
-            assert!(e.to_string().contains("conflicts") && e.to_string().contains(" a"), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("conflicts with branch \"main\" in 1 file: \"a\" (committed)"), "{text}");
         }
+    }
+
+    #[test]
+    fn work_the_target_already_has_lands_nothing_whichever_way_it_landed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let name = SandboxName::parse("s").unwrap();
+        let base = commit(&repo, None, &[("a", "1\n")], "base");
+        let work_tip = commit(&repo, Some(base), &[("a", "1\n"), ("b", "b\n")], "add b");
+        let w = work(&repo, base, work_tip);
+        let commits = log(&repo, work_tip, &[base]).unwrap();
+        // main moved, then the work was squashed onto it: its files hold the work.
+        let moved = commit(&repo, Some(base), &[("a", "one\n")], "user");
+        let squashed = commit(&repo, Some(moved), &[("a", "one\n"), ("b", "b\n")], "squashed");
+        for how in [LandHow::Merge, LandHow::Squash, LandHow::Rebase] {
+            let mut w = w.clone();
+            w.start = repo.merge_base(squashed, work_tip).unwrap();
+            let p = plan(&repo, &name, &w, commits.clone(), &landing(squashed, how)).unwrap();
+            assert!(p.is_empty() && p.already_on_target, "{how:?}: {p:?}");
+        }
+        // Work the target lacks is no such thing.
+        let p = plan(&repo, &name, &w, commits, &landing(moved, LandHow::Merge)).unwrap();
+        assert!(!p.is_empty() && !p.already_on_target, "{p:?}");
     }
 
     #[test]

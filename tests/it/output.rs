@@ -146,3 +146,33 @@ fn json_for_scripts() {
     stable(&env, || insta::assert_snapshot!("json_for_scripts", text));
     env.assert_nothing_left();
 }
+
+#[test]
+fn a_conflict_resolved_in_the_checkout_and_in_the_sandbox() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+    let name = "snap-conflict";
+    let agent = "cd /workspace && echo agent > a.txt && git commit -qam 'agent: a.txt' && echo more > more.txt";
+    let mut text = scenario(&env, &[&["up", name, "--git-worktree", r], &["exec", name, "--", "sh", "-c", agent]]);
+    std::fs::write(repo.join("a.txt"), "user\n").unwrap();
+    git(&repo, &["commit", "-qam", "user: a.txt"]);
+    let resolve = "cd /workspace && echo both > a.txt && git add a.txt && git commit -q --no-edit";
+    text += &scenario(
+        &env,
+        &[
+            &["merge", name, "--yes"],
+            &["merge", name, "--yes", "--conflicts"],
+            &["merge", name, "--abort"],
+            &["merge", name, "--abort"],
+            &["update", name],
+            &["exec", name, "--", "sh", "-c", resolve],
+            &["update", name],
+            &["merge", name, "--yes", "--squash", "-m", "the agent's work"],
+            &["merge", name, "--yes"],
+        ],
+    );
+    stable(&env, || insta::assert_snapshot!("a_conflict_resolved_in_the_checkout_and_in_the_sandbox", text));
+    env.ok(&["down", name]);
+    env.assert_nothing_left_but_archives();
+}

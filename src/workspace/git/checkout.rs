@@ -87,6 +87,11 @@ impl Change {
         Ok(Change { old_tree: old.id(), paths: paths.into_iter().collect(), added })
     }
 
+    /// Every path the change touches.
+    pub(super) fn paths(&self) -> impl Iterator<Item = &[u8]> {
+        self.paths.iter().map(Vec::as_slice)
+    }
+
     /// Refuses what stands in `workdir` where the change adds a file and the
     /// old tree has nothing: libgit2 would overwrite an ignored file and
     /// silently remove an empty directory there, and putting back could not
@@ -109,6 +114,38 @@ impl Change {
         ))
         .hint(format!("move {them} aside first (git does not track {them})")))
     }
+}
+
+/// `merge --abort`: puts the old tree's files back at every path `change`
+/// touches, as `git merge --abort` does: each file the change added is
+/// deleted whatever it holds now (the user may have begun resolving), with
+/// each directory above it that is left empty, each other path is checked
+/// out again from the old tree, and the index is pointed at the old tree.
+pub(super) fn abort(checkout: &Repository, change: &Change) -> Result<()> {
+    let workdir = checkout.workdir().ok_or_else(|| ws_err("the checkout has no working directory"))?.to_path_buf();
+    let failed = |what: String| ws_err(format!("putting {} back failed: {what}", shown_dir(&workdir)));
+    let mut dirs = BTreeSet::new();
+    for a in change.added.iter().filter(|a| !a.replaces_dir) {
+        let path = path_of(&a.path);
+        let full = workdir.join(path);
+        let removed = match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(&full),
+            Ok(_) => std::fs::remove_file(&full),
+            Err(_) => Ok(()),
+        };
+        removed.map_err(|e| failed(format!("{} ({e})", shown(&a.path))))?;
+        dirs.extend(path.ancestors().skip(1).filter(|d| !d.as_os_str().is_empty()).map(|d| workdir.join(d)));
+    }
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in dirs {
+        // Only an empty one goes: what else is there is someone's.
+        let _ = std::fs::remove_dir(dir);
+    }
+    restore_old_files(checkout, change).map_err(|e| failed(e.message().to_owned()))?;
+    let old = checkout.find_tree(change.old_tree).map_err(ws_err)?;
+    let mut index = checkout.index().map_err(ws_err)?;
+    index.read_tree(&old).and_then(|()| index.write()).map_err(|e| failed(format!("the index: {}", e.message())))
 }
 
 /// Checks `commit` out in a copy of `checkout` whose working directory is the

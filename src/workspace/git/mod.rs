@@ -15,6 +15,7 @@
 //! and never prunes other worktrees.
 
 mod checkout;
+mod conflicts;
 mod fsck;
 pub(crate) mod import;
 pub mod private;
@@ -892,6 +893,10 @@ impl Workspace for GitWorkspace {
         self.refresh_origin()
     }
 
+    fn update_script(&self) -> Option<&'static str> {
+        (!self.is_legacy()).then_some(UPDATE_SCRIPT)
+    }
+
     fn review(&self) -> Option<&dyn super::review::Review> {
         (!self.is_legacy()).then_some(self as &dyn super::review::Review)
     }
@@ -925,6 +930,16 @@ impl Workspace for GitWorkspace {
         Some(super::WorkCounts { ahead, dirty })
     }
 }
+
+/// `update` inside a git sandbox: merges the agent's view of the user's
+/// branch `$1` into its branch, its uncommitted files stashed around the
+/// merge and put back after (`--autostash`); exits 3 when files are left
+/// conflicting (by the merge, or by putting the files back).
+const UPDATE_SCRIPT: &str = r#"cd /workspace || exit 2
+git merge --no-edit --autostash "refs/remotes/origin/$1"
+code=$?
+if [ -n "$(git diff --name-only --diff-filter=U)" ]; then exit 3; fi
+exit $code"#;
 
 /// Marks every submodule (gitlink) entry of the host view's index
 /// `skip-worktree`, so that git on the host never looks into the submodule's

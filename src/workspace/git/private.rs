@@ -227,7 +227,7 @@ fn write(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Writes `path` whole or not at all (a reader inside never sees half a ref).
-fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(super) fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_file_name(format!(".forage-{}.tmp", std::process::id()));
     let mut f = std::fs::File::create(&tmp).map_err(err)?;
     f.write_all(bytes).map_err(err)?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Oid, ReferenceType, Repository, StatusOptions};
 
+use super::super::conflicts::Aborted;
 use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
 use super::super::untrusted::remove_created_dir;
 use super::super::worktree_files::{self, Known, Reading};
@@ -82,6 +83,17 @@ impl Review for GitWorkspace {
                 .map(|_| ())
                 .map_err(|e| ws_err(format!("moving {}: {e}", plan.target)))
         };
+        if plan.leaves_conflicts() {
+            let Some(checkout) = checkout else {
+                return Err(Error::usage(format!(
+                    "--conflicts leaves them in the checkout that has {} checked out, and none has; nothing was changed",
+                    plan.target
+                ))
+                .hint(format!("`git switch {}` in your checkout first", plan.target)));
+            };
+            refuse_dirty(&checkout, &plan.target)?;
+            return self.leave_conflicts(repo, &checkout, plan);
+        }
         let Some(checkout) = checkout else { return move_branch() };
         refuse_dirty(&checkout, &plan.target)?;
         let workdir = checkout.workdir().ok_or_else(|| ws_err("the checkout has no working directory"))?;
@@ -91,6 +103,15 @@ impl Review for GitWorkspace {
         self.rehearse(&checkout, &change, after)?;
         let commit = checkout.find_object(after, None).map_err(ws_err)?;
         check_out_all_or_nothing(&checkout, &change, &commit, &plan.target, move_branch)
+    }
+
+    fn conflicts_checkout(&self) -> Result<PathBuf> {
+        Ok(self.left_conflicts()?.checkout)
+    }
+
+    fn abort_conflicts(&self, repo: &Repository) -> Result<Aborted> {
+        let left = self.left_conflicts()?;
+        GitWorkspace::abort_conflicts(self, repo, &left)
     }
 
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>> {
@@ -141,7 +162,7 @@ impl GitWorkspace {
 
     /// Rehearses `change` (see `checkout::rehearse`) in a directory of the
     /// sandbox's private directory, which no container mounts.
-    fn rehearse(&self, checkout: &Repository, change: &Change, commit: Oid) -> Result<()> {
+    pub(super) fn rehearse(&self, checkout: &Repository, change: &Change, commit: Oid) -> Result<()> {
         let private = self.private.as_deref().ok_or_else(|| ws_err("the sandbox has no private directory"))?;
         let scratch = private.join("merge-rehearsal");
         let clear = || remove_created_dir(&scratch, private).map_err(ws_err);
@@ -164,7 +185,7 @@ impl GitWorkspace {
 /// (main or linked worktree) that has it checked out, if any. Refuses a name
 /// that is no branch name or a symbolic ref (which would land elsewhere than
 /// it says), and a branch checked out in a forage sandbox's worktree.
-fn landing_checkout(repo: &Repository, target: &str) -> Result<Option<Repository>> {
+pub(super) fn landing_checkout(repo: &Repository, target: &str) -> Result<Option<Repository>> {
     let refname = format!("refs/heads/{target}");
     if !git2::Reference::is_valid_name(&refname) {
         return Err(Error::usage(format!("{target:?} is not a valid branch name")));

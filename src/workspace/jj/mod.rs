@@ -60,6 +60,16 @@ fn ws_err(e: impl std::fmt::Display) -> Error {
     Error::workspace(e.to_string())
 }
 
+/// `update` inside a jj sandbox: has jj take in the host's bookmarks as
+/// they are now, then rebases the agent's changes (the working copy's
+/// branch) onto `$1@host`; exits 3 when a change of the agent's is left
+/// conflicted (jj records conflicts in the changes).
+const UPDATE_SCRIPT: &str = r#"cd /workspace || exit 2
+jj git import --quiet >/dev/null 2>&1
+target="remote_bookmarks(exact:"$(printf '%s' "$1" | sed 's/[\"]/\&/g')", remote=exact:"host")"
+jj rebase -b @ -d "$target" || exit $?
+if [ -n "$(jj log --no-graph -r "conflicts() & ($target)..@" -T '"x"')" ]; then exit 3; fi"#;
+
 /// Runs jj with output meant for parsing; returns stdout, or jj's own error.
 fn jj(cwd: Option<&Path>, args: &[&str]) -> Result<String> {
     let mut cmd = Command::new("jj");
@@ -907,6 +917,10 @@ impl Workspace for JjWorkspace {
 
     fn refresh_view_of_host(&self) -> Result<()> {
         self.refresh_host_view()
+    }
+
+    fn update_script(&self) -> Option<&'static str> {
+        (!self.is_legacy()).then_some(UPDATE_SCRIPT)
     }
 
     fn review(&self) -> Option<&dyn super::review::Review> {
