@@ -546,6 +546,7 @@ mod tests {
             options: Default::default(),
             journal: vec![],
             pins: vec![],
+            stopped_at: None,
         }
     }
 

@@ -95,7 +95,9 @@ impl<R: Runtime> Engine<R> {
         let _lock = self.lock_sandbox(name).await?;
         let (record, _) = self.ready_record(name).await?;
         self.step(&format!("stopping {name}"));
-        self.runtime.stop(&record.container, record.stop_timeout).await
+        self.runtime.stop(&record.container, record.stop_timeout).await?;
+        // The engine cannot tell a stop from an agent that exited by itself.
+        self.home.save(&Record { stopped_at: Some(super::now()), ..record })
     }
 
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {

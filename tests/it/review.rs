@@ -341,6 +341,26 @@ fn wait_and_list_tell_which_agent_needs_you() {
     assert_eq!((row(&busy)["dirty"].as_u64(), row(&busy)["ahead"].as_u64()), (Some(2), Some(0)));
     let table = env.ok(&["list"]);
     assert!(table.contains("exited (137)"), "{table}");
+    // Stopped by forage, not an agent that exited with the stop signal's code;
+    // started again, running.
+    env.ok(&["stop", &busy]);
+    let rows = env.json(&["list", "--json"]);
+    let stopped = rows.as_array().unwrap().iter().find(|r| r["name"] == busy.as_str()).unwrap().clone();
+    assert_eq!(
+        (stopped["status"].as_str(), stopped["agent"].as_str(), stopped["exit_code"].as_i64()),
+        (Some("stopped"), Some("stopped"), None),
+        "{stopped}"
+    );
+    let table = env.ok(&["list"]);
+    let line = table.lines().find(|l| l.contains(busy.as_str())).unwrap();
+    assert!(line.contains(" stopped ") && !line.contains("exited"), "{table}");
+    let status = env.ok(&["status", &busy]);
+    assert!(status.contains("status:     stopped\n") && !status.contains("exit code"), "{status}");
+    assert_eq!(env.json(&["status", &busy, "--json"])["status"], "stopped");
+    let line = env.ok(&["list"]).lines().find(|l| l.contains(dead.as_str())).unwrap().to_owned();
+    assert!(line.contains("exited (137)"), "{line}");
+    env.ok(&["start", &busy]);
+    assert_eq!(env.json(&["status", &busy, "--json"])["status"], "running");
     for n in [&quiet, &dead, &busy] {
         env.ok(&["down", n, "--discard"]);
     }
