@@ -328,6 +328,17 @@ fn wait_and_list_tell_which_agent_needs_you() {
     assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
     let out = env.run(&["wait", &quiet, "--until", "exited", "--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    // Idle, as the timeout says, not busy.
+    let out = env.run(&["wait", &quiet, "--until", "exited", "--idle-for", "1s", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with(&format!("timed out: no agent exited; {quiet} is idle (nothing printed for ")), "{said}");
+    let out = env.run(&["wait", &quiet, "--until", "exited", "--idle-for", "1s", "--timeout", "1s", "--json"]);
+    let waited: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (waited["agent"].as_str(), waited["idle"][0]["sandbox"].as_str()),
+        (Some("timed-out"), Some(quiet.as_str()))
+    );
     // Several at once: the first that needs you, by name.
     let out = env.run(&["wait", &quiet, &dead, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
