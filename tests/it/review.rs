@@ -199,6 +199,11 @@ fn apply_leaves_the_work_uncommitted_and_diff_compares_two_sandboxes() {
     let expected: BTreeSet<(String, String)> =
         [("a.txt", "modified"), ("fa.txt", "deleted"), ("fb.txt", "added")].map(|(p, s)| (p.into(), s.into())).into();
     assert_eq!(status, expected);
+    // The patch's headers name the two sandboxes, not git's a/ and b/.
+    let patch = env.ok(&["diff", &a, &b, "--no-pager"]);
+    for header in [format!("diff --git {a}/a.txt {b}/a.txt"), format!("--- {a}/a.txt"), format!("+++ {b}/a.txt")] {
+        assert!(patch.lines().any(|l| l == header), "{header:?} in:\n{patch}");
+    }
 
     let head = git(&repo, &["rev-parse", "HEAD"]);
     env.ok(&["apply", &a]);
