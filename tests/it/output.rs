@@ -92,6 +92,10 @@ fn bad_input_and_empty_state() {
             &["up", "w", "-t", "claude-code", "--workspace", file],
             &["up", "w", "--image", "Not A Reference", "--workspace", dir],
             &["up", "w", "--memory", "lots", "--workspace", dir],
+            // A path where `up` takes a flag: the flag that fits it.
+            &["up", "nc", "ripgrep"],
+            &["up", "nc", dir],
+            &["up", "nc"],
             &["templates"],
         ],
     );
