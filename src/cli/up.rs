@@ -26,7 +26,7 @@ pub struct UpArgs {
     #[arg(hide = true, value_name = "PATH")]
     pub stray: Option<PathBuf>,
     /// The template to run (see `forage-ctl templates`).
-    #[arg(short, long, default_value = DEFAULT_TEMPLATE)]
+    #[arg(short, long, default_value = DEFAULT_TEMPLATE, add = super::complete::templates())]
     pub template: String,
     /// Mount this directory as /workspace, read-write, as it is (no isolation).
     #[arg(long, value_name = "PATH")]

@@ -27,7 +27,7 @@ pub enum UntilArg {
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// The sandboxes to watch; `wait` returns as soon as one of them qualifies.
-    #[arg(required = true)]
+    #[arg(required = true, add = super::complete::sandboxes())]
     pub names: Vec<SandboxName>,
     /// What to wait for.
     #[arg(long, value_enum, default_value = "any")]

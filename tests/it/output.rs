@@ -150,3 +150,24 @@ fn json_for_scripts() {
     stable(&env, || insta::assert_snapshot!("json_for_scripts", text));
     env.assert_nothing_left();
 }
+
+/// `--help`: the commands in groups, the global options apart, every exit
+/// code; each command's own help ends with an example.
+#[test]
+fn help_groups_the_commands() {
+    let env = Env::new();
+    let text = scenario(&env, &[&["--help"], &["stop", "--help"]]);
+    stable(&env, || insta::assert_snapshot!("help_groups_the_commands", text));
+    let help = env.ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| l != &"Lifecycle:")
+        .take_while(|l| !l.starts_with("Global options"))
+        .filter_map(|l| l.strip_prefix("  ").filter(|rest| !rest.starts_with(' '))?.split_whitespace().next())
+        .collect();
+    assert!(commands.len() > 20, "{commands:?}");
+    for command in commands.into_iter().filter(|c| *c != "help") {
+        let own = env.ok(&[command, "--help"]);
+        assert!(own.contains("\nExample: ") && own.contains("forage-ctl "), "{command} --help has no example:\n{own}");
+    }
+}
