@@ -146,7 +146,7 @@ pub enum Command {
     /// List templates, or print one.
     #[command(after_help = "Example: forage-ctl templates show claude")]
     Templates(templates::TemplatesArgs),
-    /// Print shell completions.
+    /// Print the shell's completion script (it completes sandbox and template names too).
     #[command(after_help = "Example: source <(forage-ctl completions bash)")]
     Completions(completions::CompletionsArgs),
     /// Print the man page (roff), or write every page with --dir.
