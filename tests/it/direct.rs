@@ -158,7 +158,7 @@ fn stop_start_restart_keep_the_workspace() {
         v["status"].as_str().unwrap().to_owned()
     };
     env.ok(&["stop", "cycle"]);
-    assert_eq!(status(&env), "exited");
+    assert_eq!(status(&env), "stopped");
     let stderr = env.fails(&["exec", "cycle", "--", "true"], 4);
     assert!(stderr.contains("not running") && stderr.contains("forage-ctl start cycle"), "{stderr}");
     env.ok(&["start", "cycle"]);
