@@ -1,4 +1,4 @@
-use clap::Parser;
+use clap::FromArgMatches;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
@@ -9,7 +9,12 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = forage::cli::Cli::parse();
+    // A Tab in a shell whose completion script `forage-ctl completions` printed:
+    // answer with the candidates and exit.
+    clap_complete::CompleteEnv::with_factory(forage::cli::command).var(forage::cli::COMPLETE_VAR).complete();
+    let mut command = forage::cli::command();
+    let cli = forage::cli::Cli::from_arg_matches(&command.get_matches_mut())
+        .unwrap_or_else(|e| e.format(&mut command).exit());
     let default_level = match (cli.quiet, cli.verbose) {
         (true, _) => "error",
         (false, 0) => "warn",

@@ -149,6 +149,11 @@ pub struct Record {
     /// older forage (pinned at their next start).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<crate::host_paths::pin::Pin>,
+    /// When `forage-ctl stop` stopped the container (seconds since the Unix
+    /// epoch), until forage starts it again: `list` and `status` then say
+    /// `stopped`, not that the agent exited with the stop signal's code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<u64>,
 }
 
 fn git_mode() -> Mode {

@@ -186,6 +186,18 @@ impl Home {
         names
     }
 
+    /// The names of the sandboxes with a record, readable or not, sorted: from
+    /// the records' file names alone (shell completion asks on every Tab).
+    pub fn sandbox_names(&self) -> Vec<SandboxName> {
+        let Ok(entries) = fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
+        let mut names: Vec<SandboxName> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|n| SandboxName::parse(n).ok()))
+            .collect();
+        names.sort();
+        names
+    }
+
     pub fn record_path(&self, name: &SandboxName) -> PathBuf {
         self.sandboxes_dir().join(format!("{name}.json"))
     }
@@ -546,6 +558,7 @@ mod tests {
             options: Default::default(),
             journal: vec![],
             pins: vec![],
+            stopped_at: None,
         }
     }
 

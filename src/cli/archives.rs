@@ -16,6 +16,7 @@ use crate::sandbox::PruneOutcome;
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ArchivesArgs {
     /// Only this sandbox's archives.
+    #[arg(add = super::complete::archived())]
     pub name: Option<SandboxName>,
     #[command(subcommand)]
     pub action: Option<ArchivesAction>,
@@ -30,6 +31,7 @@ pub enum ArchivesAction {
 #[derive(Debug, Args)]
 pub struct PruneArgs {
     /// Only this sandbox's archives.
+    #[arg(add = super::complete::archived())]
     pub name: Option<SandboxName>,
     /// Archives made longer ago than this go (`30d`, `2w`, `12h`).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]

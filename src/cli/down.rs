@@ -9,7 +9,7 @@ use crate::workspace::Mode;
 #[derive(Debug, Args)]
 pub struct DownArgs {
     /// The sandboxes to tear down.
-    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    #[arg(required_unless_present = "all", conflicts_with = "all", add = super::complete::sandboxes())]
     pub names: Vec<SandboxName>,
     /// Tear down every sandbox of this FORAGE_HOME.
     #[arg(long)]

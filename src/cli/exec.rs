@@ -8,6 +8,7 @@ use crate::names::SandboxName;
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// Keep stdin open and forward it.
     #[arg(short, long)]

@@ -6,6 +6,7 @@ use crate::names::SandboxName;
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// Keep printing new output until the agent exits.
     #[arg(short, long)]

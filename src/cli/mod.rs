@@ -4,10 +4,12 @@
 
 mod archives;
 mod attach;
+mod complete;
 mod completions;
 mod down;
 mod exec;
 mod gc;
+mod help;
 mod lifecycle;
 mod list;
 mod logs;
@@ -24,6 +26,7 @@ mod terminal;
 mod up;
 mod wait;
 
+pub use complete::VAR as COMPLETE_VAR;
 pub use printer::{error_line, Printer};
 pub use render::{shown, shown_text, LogWriter};
 
@@ -39,24 +42,35 @@ use crate::runtime::Identity;
 use crate::sandbox::{Cancel, Engine};
 use crate::store::Home;
 
+/// The heading of the options every command takes, shown apart from a
+/// command's own.
+const GLOBAL: &str = "Global options";
+
+/// The command line as `main` parses it: `Cli` with its commands grouped in `--help`.
+pub fn command() -> clap::Command {
+    help::grouped(<Cli as clap::CommandFactory>::command())
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "forage-ctl",
     version,
     about = "Run AI coding agents in sandboxes: one container and one workspace per agent",
     after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 already exists/conflict, \
-                  5 Docker unreachable, 6 workspace/VCS error, 7 refused to lose data.\n\
-                  FORAGE_HOME sets where state lives; RUST_LOG filters tracing output."
+                  5 Docker unreachable, 6 workspace/VCS error, 7 refused to lose data; \
+                  `wait`: 8 an agent is idle, 9 timed out.\n\
+                  FORAGE_HOME sets where state lives; RUST_LOG filters tracing output.\n\
+                  `forage-ctl COMMAND --help` shows a command's options and an example."
 )]
 pub struct Cli {
     /// More diagnostics on stderr (-v info, -vv debug, -vvv trace).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = GLOBAL)]
     pub verbose: u8,
     /// Print only what scripts need: no progress, no hints (for `list`: names only).
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
     pub quiet: bool,
     /// Machine-readable output: the command's result as JSON on stdout.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -65,65 +79,89 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a sandbox: workspace plus container, and start the agent.
+    #[command(after_help = "Example: forage-ctl up agent-a --repo ~/src/app -t claude")]
     Up(Box<up::UpArgs>),
     /// One row per sandbox.
-    #[command(visible_alias = "ls")]
+    #[command(visible_alias = "ls", after_help = "Example: forage-ctl list --json")]
     List,
     /// Everything forage knows about one sandbox.
+    #[command(after_help = "Example: forage-ctl status agent-a")]
     Status(NameArg),
     /// Run a command in a running sandbox; exits with the command's exit code.
+    #[command(after_help = "Example: forage-ctl exec agent-a -- git log --oneline")]
     Exec(exec::ExecArgs),
     /// An interactive shell in the sandbox.
+    #[command(after_help = "Example: forage-ctl shell agent-a")]
     Shell(NameArg),
     /// Attach the terminal to the agent (detach with ctrl-p ctrl-q).
+    #[command(after_help = "Example: forage-ctl attach agent-a")]
     Attach(NameArg),
     /// The agent's output.
+    #[command(after_help = "Example: forage-ctl logs agent-a --follow --tail 50")]
     Logs(logs::LogsArgs),
     /// Start a stopped sandbox's container.
+    #[command(after_help = "Example: forage-ctl start agent-a")]
     Start(NameArg),
     /// Stop the container; the workspace is untouched.
+    #[command(after_help = "Example: forage-ctl stop agent-a")]
     Stop(NameArg),
     /// Stop and start the container; the workspace is untouched.
+    #[command(after_help = "Example: forage-ctl restart agent-a")]
     Restart(NameArg),
     /// Replace the container with a new one from the template as it is now (same
     /// options as `up`); the workspace is untouched.
+    #[command(after_help = "Example: forage-ctl reset agent-a")]
     Reset(NameArg),
     /// Bring the agent's work to the host repository (git: onto branch forage-NAME;
     /// jj: as bookmark forage/NAME).
+    #[command(after_help = "Example: forage-ctl sync agent-a")]
     Sync(NameArg),
     /// The agent's change since its base, committed and not (git and jj sandboxes).
+    #[command(after_help = "Example: forage-ctl diff agent-a agent-b --stat")]
     Diff(review::DiffArgs),
     /// The agent's commits since its base, newest first.
+    #[command(after_help = "Example: forage-ctl log agent-a")]
     Log(review::LogArgs),
     /// Land the agent's work on your branch (jj: bookmark), in your own checkout.
+    #[command(after_help = "Example: forage-ctl merge agent-a --squash")]
     Merge(review::MergeArgs),
     /// Bring your branch (jj: bookmark) into the agent's work, inside the sandbox
     /// (git: merged; jj: rebased onto), for it to resolve what conflicts.
+    #[command(after_help = "Example: forage-ctl update agent-a --from main")]
     Update(review::UpdateArgs),
     /// The agent's whole change as uncommitted edits in your checkout.
+    #[command(after_help = "Example: forage-ctl apply agent-a")]
     Apply(NameArg),
     /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out).
+    #[command(after_help = "Example: forage-ctl wait agent-a agent-b --until idle --timeout 1h")]
     Wait(wait::WaitArgs),
     /// What `down` archived; `archives prune` deletes old archives.
+    #[command(after_help = "Example: forage-ctl archives prune --older-than 30d")]
     Archives(archives::ArchivesArgs),
     /// Tear sandboxes down: container first, then workspace and record.
-    #[command(visible_alias = "rm")]
+    #[command(visible_alias = "rm", after_help = "Example: forage-ctl down agent-a agent-b --dry-run")]
     Down(down::DownArgs),
     /// Bring a torn-down sandbox's archived work back as a branch (and with --up, a sandbox).
+    #[command(after_help = "Example: forage-ctl restore agent-a --up")]
     Restore(restore::RestoreArgs),
     /// Find what crashes left behind; with --force, clean it up (archiving work).
+    #[command(after_help = "Example: forage-ctl gc --force")]
     Gc(gc::GcArgs),
     /// List templates, or print one.
+    #[command(after_help = "Example: forage-ctl templates show claude")]
     Templates(templates::TemplatesArgs),
-    /// Print shell completions.
+    /// Print the shell's completion script (it completes sandbox and template names too).
+    #[command(after_help = "Example: source <(forage-ctl completions bash)")]
     Completions(completions::CompletionsArgs),
     /// Print the man page (roff), or write every page with --dir.
+    #[command(after_help = "Example: forage-ctl man --dir ~/.cargo/share/man/man1")]
     Man(completions::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct NameArg {
     /// The sandbox.
+    #[arg(add = complete::sandboxes())]
     pub name: SandboxName,
 }
 

@@ -9,6 +9,7 @@ use crate::workspace::Mode;
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
     /// The sandbox whose archived work to bring back.
+    #[arg(add = super::complete::archived())]
     pub name: SandboxName,
     /// Which archive: its ref or its timestamp (default: the newest).
     #[arg(long, value_name = "REF")]

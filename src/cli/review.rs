@@ -14,8 +14,10 @@ use crate::workspace::review::{FileChange, LandHow, LandPlan};
 #[derive(Debug, Args)]
 pub struct DiffArgs {
     /// The sandbox whose work to show.
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// Compare its files with this sandbox's (on the same repository) instead.
+    #[arg(add = super::complete::sandboxes())]
     pub other: Option<SandboxName>,
     /// A line per file with its count of changed lines, and a total.
     #[arg(long, conflicts_with = "name_only")]
@@ -37,6 +39,7 @@ pub struct DiffArgs {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// The sandbox whose commits to list.
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// Print straight to stdout, never through the pager.
     #[arg(long)]
@@ -46,6 +49,7 @@ pub struct LogArgs {
 #[derive(Debug, Args)]
 pub struct MergeArgs {
     /// The sandbox whose work to land.
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// Where the work conflicts, leave the conflicts marked in your checkout (git:
     /// as `git merge` does), for your `git commit`; refused when it is dirty.

@@ -39,7 +39,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     match &s.container {
         Some(c) => {
             line("id", c.id[..c.id.len().min(12)].to_owned());
-            if let Some(code) = c.exit_code.filter(|_| c.state.has_ended()) {
+            if let Some(code) = s.row.exit_code {
                 line("exit code", code.to_string());
             }
             let mut mounts: Vec<_> = c.mounts.iter().collect();

@@ -14,7 +14,10 @@ pub struct TemplatesArgs {
 #[derive(Debug, Subcommand)]
 pub enum TemplatesAction {
     /// Print one template as forage resolves it, with defaults filled in.
-    Show { name: String },
+    Show {
+        #[arg(add = super::complete::templates())]
+        name: String,
+    },
 }
 
 pub fn run(ctx: &Ctx, args: TemplatesArgs) -> Result<i32> {

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::Ctx;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Network;
@@ -12,12 +12,21 @@ use crate::template::DEFAULT_TEMPLATE;
 use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("ws").required(true).args(["workspace", "git_worktree", "jj", "repo"])))]
+// One workspace flag at most; that there is one is checked in `workspace`,
+// after a path given without a flag was told apart (`stray_path`).
+#[command(group(clap::ArgGroup::new("ws").args(["workspace", "git_worktree", "jj", "repo"])))]
+#[command(
+    override_usage = "forage-ctl up [OPTIONS] <NAME> <--repo <REPO>|--git-worktree <REPO>|--jj <REPO>|--workspace <PATH>> [-- <AGENT_ARGS>...]"
+)]
 pub struct UpArgs {
     /// The sandbox's name: lowercase letters, digits, '_', '.', '-'.
     pub name: SandboxName,
+    /// A path given where `up` takes none (`up NAME PATH`): taken only to say
+    /// which flag it wants, as the usage error `stray_path` makes.
+    #[arg(hide = true, value_name = "PATH")]
+    pub stray: Option<PathBuf>,
     /// The template to run (see `forage-ctl templates`).
-    #[arg(short, long, default_value = DEFAULT_TEMPLATE)]
+    #[arg(short, long, default_value = DEFAULT_TEMPLATE, add = super::complete::templates())]
     pub template: String,
     /// Mount this directory as /workspace, read-write, as it is (no isolation).
     #[arg(long, value_name = "PATH")]
@@ -81,15 +90,29 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 }
 
 impl UpArgs {
-    fn spec(self) -> UpSpec {
-        let workspace = match (self.workspace, self.git_worktree, self.jj, self.repo) {
+    /// The workspace the flags ask for; a usage error for a path given
+    /// without a flag, or for no workspace at all.
+    fn workspace(&mut self) -> Result<WorkspaceSpec> {
+        if let Some(path) = &self.stray {
+            return Err(stray_path(&self.name, path));
+        }
+        Ok(match (self.workspace.take(), self.git_worktree.take(), self.jj.take(), self.repo.take()) {
             (Some(p), ..) => WorkspaceSpec::Direct(p),
             (None, Some(r), ..) => WorkspaceSpec::GitWorktree(r),
             (None, None, Some(r), _) => WorkspaceSpec::Jj(r),
             (None, None, None, Some(r)) => WorkspaceSpec::Repo(r),
-            (None, None, None, None) => unreachable!("clap requires one workspace flag"),
-        };
-        UpSpec {
+            (None, None, None, None) => {
+                return Err(Error::usage(
+                    "`up` needs a workspace: --repo REPO (a git or jj repository, the mode detected), \
+                     --git-worktree REPO, --jj REPO, or --workspace PATH (a directory mounted as it is)",
+                ))
+            }
+        })
+    }
+
+    fn spec(mut self) -> Result<UpSpec> {
+        let workspace = self.workspace()?;
+        Ok(UpSpec {
             name: self.name,
             template: self.template,
             workspace,
@@ -105,14 +128,33 @@ impl UpArgs {
             allow_home: self.allow_home,
             start: !self.no_start,
             agent_args: self.agent_args,
-        }
+        })
     }
+}
+
+/// `up NAME PATH`: `up` takes its workspace by a flag; the error names the
+/// one that fits what `path` is (`--repo` in a repository, or for a path that
+/// is not there to be told apart; `--workspace` for any other directory).
+fn stray_path(name: &SandboxName, path: &std::path::Path) -> Error {
+    // Inside a repository as `--repo` finds one (`detect_mode`).
+    let start = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let is_repository = start.ancestors().any(|d| d.join(".jj").is_dir() || d.join(".git").exists());
+    let (flag, what) = if !is_repository && path.is_dir() {
+        ("--workspace", "a directory that is no repository, mounted as it is")
+    } else {
+        ("--repo", "a git or jj repository, the mode detected")
+    };
+    let shown = path.display().to_string();
+    Error::usage(format!(
+        "unexpected argument {shown:?}: `up` takes the workspace by a flag, not as a second argument ({flag}: {what})"
+    ))
+    .hint_run("did you mean {command}?", ["up", name.as_str(), flag, &shown])
 }
 
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
     // Everything that can be checked is checked before anything is made.
-    let request = engine.prepare_up(args.spec())?;
+    let request = engine.prepare_up(args.spec()?)?;
     let started = request.start;
     ctx.cancel_on_signals();
     let record = engine.up(request).await?;

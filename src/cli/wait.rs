@@ -27,7 +27,7 @@ pub enum UntilArg {
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// The sandboxes to watch; `wait` returns as soon as one of them qualifies.
-    #[arg(required = true)]
+    #[arg(required = true, add = super::complete::sandboxes())]
     pub names: Vec<SandboxName>,
     /// What to wait for.
     #[arg(long, value_enum, default_value = "any")]
@@ -49,6 +49,12 @@ pub async fn run(ctx: &Ctx, args: WaitArgs) -> Result<i32> {
         UntilArg::Any => Until::Either,
     };
     let waited = engine.wait(&args.names, until, args.idle_for, args.timeout).await?;
+    // Agents that went idle while `wait` waited only for an exit: the timeout
+    // says they are idle, not busy.
+    let idle = match (&waited, until) {
+        (None, Until::Exited) => engine.idle_among(&args.names, args.idle_for).await?,
+        _ => Vec::new(),
+    };
     if ctx.out.json_wanted() {
         let json = match &waited {
             Some((name, w)) => {
@@ -56,7 +62,13 @@ pub async fn run(ctx: &Ctx, args: WaitArgs) -> Result<i32> {
                 v["sandbox"] = name.to_string().into();
                 v
             }
-            None => serde_json::json!({ "agent": "timed-out" }),
+            None => {
+                let idle: Vec<_> = idle
+                    .iter()
+                    .map(|(name, quiet_secs)| serde_json::json!({ "sandbox": name.to_string(), "quiet_secs": quiet_secs }))
+                    .collect();
+                serde_json::json!({ "agent": "timed-out", "idle": idle })
+            }
         };
         ctx.out.json(&json)?;
     }
@@ -76,9 +88,44 @@ pub async fn run(ctx: &Ctx, args: WaitArgs) -> Result<i32> {
         }
         None => {
             if !ctx.out.json_wanted() {
-                ctx.out.data("timed out: every agent is still busy");
+                ctx.out.data(timed_out(until, &args.names, &idle));
             }
             TIMED_OUT
         }
     })
+}
+
+/// What `wait` says when `--timeout` passed: each agent as it is, idle or
+/// busy (an idle agent is only news when `wait` waited for exits alone).
+fn timed_out(until: Until, names: &[SandboxName], idle: &[(SandboxName, u64)]) -> String {
+    if until != Until::Exited {
+        return "timed out: every agent is still busy".into();
+    }
+    let each: Vec<String> = names
+        .iter()
+        .map(|n| match idle.iter().find(|(i, _)| i == n) {
+            Some((_, secs)) => format!("{n} is idle (nothing printed for {secs}s)"),
+            None => format!("{n} is busy"),
+        })
+        .collect();
+    format!("timed out: no agent exited; {}", each.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(n: &str) -> SandboxName {
+        SandboxName::parse(n).unwrap()
+    }
+
+    #[test]
+    fn a_timeout_calls_idle_agents_idle() {
+        let (a, b) = (name("a"), name("b"));
+        assert_eq!(
+            timed_out(Until::Exited, &[a.clone(), b], &[(a, 42)]),
+            "timed out: no agent exited; a is idle (nothing printed for 42s), b is busy"
+        );
+        assert_eq!(timed_out(Until::Either, &[name("a")], &[]), "timed out: every agent is still busy");
+    }
 }

@@ -315,6 +315,7 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         options: Default::default(),
         journal,
         pins: Vec::new(),
+        stopped_at: None,
     }
 }
 

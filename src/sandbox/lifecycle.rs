@@ -95,7 +95,9 @@ impl<R: Runtime> Engine<R> {
         let _lock = self.lock_sandbox(name).await?;
         let (record, _) = self.ready_record(name).await?;
         self.step(&format!("stopping {name}"));
-        self.runtime.stop(&record.container, record.stop_timeout).await
+        self.runtime.stop(&record.container, record.stop_timeout).await?;
+        // The engine cannot tell a stop from an agent that exited by itself.
+        self.home.save(&Record { stopped_at: Some(super::now()), ..record })
     }
 
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {
@@ -117,12 +119,12 @@ impl<R: Runtime> Engine<R> {
         match self.runtime.inspect(&record.container).await? {
             Some(c) if c.state == ContainerState::Running => self.runtime.attach(&record.container).await,
             Some(c) => Err(Error::conflict(format!(
-                "the agent of sandbox {name} is not running ({}{})",
-                c.state,
-                c.exit_code
-                    .filter(|_| c.state.has_ended())
-                    .map(|code| format!(", exit code {code}"))
-                    .unwrap_or_default()
+                "the agent of sandbox {name} is not running ({})",
+                match c.exit_code.filter(|_| c.state.has_ended()) {
+                    _ if c.state.has_ended() && record.stopped_at.is_some() => "stopped by `forage-ctl stop`".into(),
+                    Some(code) => format!("{}, exit code {code}", c.state),
+                    None => c.state.to_string(),
+                }
             ))
             .hint_run("{command} shows its output", ["logs", name.as_str()])
             .hint_run("{command} starts it again", ["start", name.as_str()])),

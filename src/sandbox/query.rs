@@ -22,6 +22,8 @@ use crate::workspace::{AtStake, Mode, Synced, WorkCounts, WorkspaceStatus};
 pub enum SandboxState {
     /// Ready, with a container in this state.
     Container(ContainerState),
+    /// Ready, its container stopped by `forage-ctl stop` (not exited by itself).
+    Stopped,
     /// Ready, but its container was removed outside forage.
     Missing,
     /// An `up` or `down` stopped half way (no process holds its lock).
@@ -40,6 +42,7 @@ impl SandboxState {
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxState::Container(state) => state.as_str(),
+            SandboxState::Stopped => "stopped",
             SandboxState::Missing => "missing",
             SandboxState::Broken => "broken",
             SandboxState::Creating => "creating",
@@ -76,6 +79,8 @@ pub enum Activity {
     Idle,
     /// Its container ended (see `exit_code`).
     Exited,
+    /// `forage-ctl stop` stopped it (no `exit_code`: the stop signal's is no news).
+    Stopped,
 }
 
 /// How long an agent must have printed nothing for `list` to call it idle
@@ -204,10 +209,11 @@ impl<R: Runtime> Engine<R> {
             row.ahead = counts.map(|c| c.ahead);
             row.dirty = counts.map(|c| c.dirty);
             if let Some(c) = &container {
-                row.exit_code = c.exit_code;
+                row.exit_code = c.exit_code.filter(|_| status != SandboxState::Stopped);
                 row.agent = match c.state {
                     ContainerState::Running if idle.contains(&r.container) => Some(Activity::Idle),
                     ContainerState::Running => Some(Activity::Working),
+                    _ if status == SandboxState::Stopped => Some(Activity::Stopped),
                     s if s.has_ended() => Some(Activity::Exited),
                     _ => None,
                 };
@@ -262,7 +268,14 @@ impl<R: Runtime> Engine<R> {
     /// Docker's container state, or what forage knows better.
     fn state_of(&self, r: &Record, container: Option<ContainerState>) -> Result<SandboxState> {
         Ok(match r.state {
-            RecordState::Ready => container.map(SandboxState::Container).unwrap_or(SandboxState::Missing),
+            // Stopped by `stop`, and not started by forage since (which clears
+            // `stopped_at`). A container started outside forage, that then
+            // ended, reads as stopped too: the list of containers has no start times.
+            RecordState::Ready => match container {
+                Some(state) if state.has_ended() && r.stopped_at.is_some() => SandboxState::Stopped,
+                Some(state) => SandboxState::Container(state),
+                None => SandboxState::Missing,
+            },
             RecordState::Creating | RecordState::Removing => {
                 if self.home.try_lock_sandbox(&r.name)?.is_some() {
                     SandboxState::Broken
@@ -304,9 +317,10 @@ impl<R: Runtime> Engine<R> {
         row.ahead = git.as_ref().map(|g| g.ahead);
         row.dirty = git.as_ref().map(|g| g.dirty.len());
         if let Some(c) = &container {
-            row.exit_code = c.exit_code.filter(|_| c.state.has_ended());
+            row.exit_code = c.exit_code.filter(|_| c.state.has_ended() && status != SandboxState::Stopped);
             row.agent = match c.state {
                 ContainerState::Running => Some(self.activity_of(&record).await),
+                _ if status == SandboxState::Stopped => Some(Activity::Stopped),
                 s if s.has_ended() => Some(Activity::Exited),
                 _ => None,
             };

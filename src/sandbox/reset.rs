@@ -60,6 +60,7 @@ impl<R: Runtime> Engine<R> {
         record.image = image.reference;
         record.stop_timeout = template.template.stop_timeout;
         record.init = template.template.init.clone();
+        record.stopped_at = None;
         self.home.save(&record)?;
 
         let made = async {

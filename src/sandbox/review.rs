@@ -105,6 +105,8 @@ impl<R: Runtime> Engine<R> {
                 sync_errors.push(format!("sandbox {}: {e}", r.name));
             }
         }
+        // Two sandboxes' files: the patches' headers name them, not git's a/ and b/.
+        let prefixes = other.map(|o| (format!("{name}/"), format!("{o}/")));
         let (ws, other_ws) = (record.workspace.clone(), other_record.map(|r| r.workspace));
         let (start, files, skipped) = super::blocking(move || {
             let review = reviewer(&ws)?;
@@ -124,7 +126,11 @@ impl<R: Runtime> Engine<R> {
                     DiffPart::Uncommitted => (review::tree_of(&repo, work.tip)?, work.current),
                 },
             };
-            Ok((work.start.to_string(), review::diff(&repo, Some(old), Some(new))?, skipped))
+            let files = match &prefixes {
+                Some((a, b)) => review::diff_between(&repo, Some(old), Some(new), (a, b))?,
+                None => review::diff(&repo, Some(old), Some(new))?,
+            };
+            Ok((work.start.to_string(), files, skipped))
         })
         .await?;
         Ok(DiffReport {

@@ -52,6 +52,7 @@ impl<R: Runtime> Engine<R> {
             options: req.options.clone(),
             journal: Vec::new(),
             pins: Vec::new(),
+            stopped_at: None,
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -196,9 +197,12 @@ impl<R: Runtime> Engine<R> {
     /// exit code and last lines of output (a rolled-back container would take
     /// its logs with it).
     pub(crate) async fn start_agent(&self, record: &Record, mounts: &[crate::runtime::Mount]) -> Result<()> {
-        if let Some(pins) = self.check_pinned(record, mounts)? {
-            // A sandbox of an older forage: pinned from now on.
-            self.home.save(&Record { pins, ..record.clone() })?;
+        // A sandbox of an older forage: pinned from now on. One that `stop`
+        // stopped: no longer stopped by forage once it starts.
+        let pins = self.check_pinned(record, mounts)?;
+        if pins.is_some() || record.stopped_at.is_some() {
+            let pins = pins.unwrap_or_else(|| record.pins.clone());
+            self.home.save(&Record { pins, stopped_at: None, ..record.clone() })?;
         }
         let mut watch = self.runtime.watch(&record.container).await?;
         self.step(&format!("starting container {}", record.container));

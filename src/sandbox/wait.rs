@@ -61,6 +61,20 @@ impl<R: Runtime> Engine<R> {
         }
     }
 
+    /// Of `names`, the running agents that have printed nothing for
+    /// `idle_after`, with how many seconds they have been quiet: what a `wait
+    /// --until exited` that timed out says of them (idle, not busy).
+    pub async fn idle_among(&self, names: &[SandboxName], idle_after: Duration) -> Result<Vec<(SandboxName, u64)>> {
+        let mut idle = Vec::new();
+        for name in names {
+            let record = self.record(name)?;
+            if let Some(Waited::Idle { quiet_secs }) = self.look(&record, Until::Idle, idle_after).await? {
+                idle.push((name.clone(), quiet_secs));
+            }
+        }
+        Ok(idle)
+    }
+
     /// Whether the agent of `record` exited, or is idle (when asked).
     async fn look(&self, record: &crate::record::Record, until: Until, idle_after: Duration) -> Result<Option<Waited>> {
         let name = &record.name;

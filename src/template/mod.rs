@@ -183,7 +183,7 @@ impl Templates {
     }
 
     /// The names of every template on the search path and of the built-ins, sorted.
-    fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = BUILTINS.iter().map(|b| b.name.to_string()).collect();
         for dir in &self.search_path {
             let Ok(entries) = std::fs::read_dir(dir) else {

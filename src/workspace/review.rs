@@ -192,10 +192,22 @@ pub struct FileChange {
 /// The files that differ from `old` to `new` (trees; `None` is empty), with
 /// renames found and each file's patch.
 pub fn diff(repo: &Repository, old: Option<Oid>, new: Option<Oid>) -> Result<Vec<FileChange>> {
+    diff_between(repo, old, new, ("a/", "b/"))
+}
+
+/// `diff`, with the patches' headers naming the old and new side by
+/// `prefixes` (`agent-a/src/x` and `agent-b/src/x` for two sandboxes) instead
+/// of git's `a/` and `b/`.
+pub fn diff_between(
+    repo: &Repository,
+    old: Option<Oid>,
+    new: Option<Oid>,
+    prefixes: (&str, &str),
+) -> Result<Vec<FileChange>> {
     let tree = |id: Option<Oid>| id.map(|id| repo.find_tree(id)).transpose().map_err(err);
     let (old, new) = (tree(old)?, tree(new)?);
     let mut opts = DiffOptions::new();
-    opts.max_size(MAX_DIFF_BLOB).show_binary(true);
+    opts.max_size(MAX_DIFF_BLOB).show_binary(true).old_prefix(prefixes.0).new_prefix(prefixes.1);
     let mut diff = repo.diff_tree_to_tree(old.as_ref(), new.as_ref(), Some(&mut opts)).map_err(err)?;
     diff.find_similar(Some(DiffFindOptions::new().renames(true))).map_err(err)?;
     let mut out = Vec::new();

@@ -1,5 +1,8 @@
 //! Commands that need no sandbox: templates, completions, man page, help.
 
+use std::path::Path;
+use std::process::Command;
+
 use crate::support::*;
 
 #[test]
@@ -19,9 +22,14 @@ fn templates_lists_the_builtin_default_with_its_origin() {
 fn completions_and_man_page() {
     let env = Env::new();
     let bash = env.ok(&["completions", "bash"]);
-    assert!(bash.contains("forage-ctl") && bash.contains("attach"), "bash completions");
+    assert!(
+        bash.contains("complete -o nospace -o bashdefault -o nosort -F _clap_complete_forage_ctl forage-ctl"),
+        "{bash}"
+    );
     let zsh = env.ok(&["completions", "zsh"]);
     assert!(zsh.contains("#compdef forage-ctl"));
+    let fish = env.ok(&["completions", "fish"]);
+    assert!(fish.contains("COMPLETE=fish forage-ctl"), "{fish}");
     let man = env.ok(&["man"]);
     assert!(man.contains(".TH forage-ctl"), "{}", &man[..200.min(man.len())]);
     env.fails(&["completions", "tcsh"], 2);
@@ -45,5 +53,98 @@ fn json_is_refused_in_words_true_of_each_command() {
         assert!(out.stdout.is_empty(), "{args:?}: {}", describe(&out));
         let err: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
         assert_eq!(err["error"]["message"], format!("{says}; it has no --json output"), "{args:?}");
+    }
+}
+
+/// What bash offers at a Tab after `words` (the last one being completed),
+/// with the script `completions bash` prints sourced, as a shell would, and
+/// `forage-ctl` found on PATH. The engine is made unreachable: completion
+/// must never ask it.
+fn bash_completes(env: &Env, words: &[&str]) -> Vec<String> {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let script = format!(
+        "source <(forage-ctl completions bash) || exit 1\n\
+         COMP_WORDS=(forage-ctl {words}); COMP_CWORD=${{#COMP_WORDS[@]}}; COMP_CWORD=$((COMP_CWORD - 1)); COMP_TYPE=9\n\
+         _clap_complete_forage_ctl forage-ctl \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\" || exit 1\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        words = quoted.join(" ")
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+        .env("FORAGE_HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .env("FORAGE_TEMPLATES_PATH", env.path("templates"))
+        .env("DOCKER_HOST", format!("unix://{}", env.path("no-engine.sock").display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", describe(&out));
+    String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+#[test]
+fn completion_offers_sandbox_and_template_names() {
+    let env = Env::new();
+    // What completion reads: the names of the records, of the archive indexes
+    // and of the templates on the search path (the files' contents do not matter).
+    for (dir, file) in [
+        ("sandboxes", "agent-a.json"),
+        ("sandboxes", "agent-b.json"),
+        ("sandboxes", "other.json"),
+        ("archives", "gone.json"),
+    ] {
+        std::fs::create_dir_all(env.home.join(dir)).unwrap();
+        std::fs::write(env.home.join(dir).join(file), "{}").unwrap();
+    }
+    std::fs::create_dir_all(env.path("templates")).unwrap();
+    std::fs::write(env.path("templates/mine.yaml"), "image: x\n").unwrap();
+
+    let names = bash_completes(&env, &["status", ""]);
+    assert!(["agent-a", "agent-b", "other"].iter().all(|n| names.contains(&n.to_string())), "{names:?}");
+    assert_eq!(bash_completes(&env, &["diff", "agent-a", "ag"]), ["agent-a", "agent-b"]);
+    assert_eq!(bash_completes(&env, &["down", "oth"]), ["other"]);
+    assert_eq!(bash_completes(&env, &["restore", "g"]), ["gone"]);
+    assert_eq!(bash_completes(&env, &["up", "x", "-t", "mi"]), ["mine"]);
+    assert_eq!(bash_completes(&env, &["templates", "show", "sh"]), ["shell"]);
+    assert_eq!(bash_completes(&env, &["sto"]), ["stop"]);
+}
+
+/// The README's install commands, run as written for a user whose
+/// `~/.cargo/bin` holds forage-ctl, leave the man pages where `man` finds
+/// them with no MANPATH set: man-db looks next to each bin directory on PATH.
+#[test]
+fn the_readme_install_puts_man_pages_where_man_finds_them() {
+    let env = Env::new();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let install = readme.split("## Install").nth(1).unwrap().split("```").nth(1).unwrap();
+    assert!(install.contains("cargo install --locked --path ."), "{install}");
+    let home = env.mkdir("user");
+    let bin = home.join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("forage-ctl")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let in_home = |program: &str, args: &[&str]| {
+        let mut c = Command::new(program);
+        c.args(args).env("HOME", &home).env("PATH", &path).env_remove("MANPATH").env("FORAGE_HOME", &env.home);
+        c.output().unwrap()
+    };
+    // Every line but the build itself, which the test binary stands for.
+    for line in install.lines().map(|l| l.split(" #").next().unwrap().trim()).filter(|l| !l.is_empty()) {
+        if line.starts_with("cargo ") {
+            continue;
+        }
+        let out = in_home("bash", &["-c", line]);
+        assert!(out.status.success(), "{line}: {}", describe(&out));
+    }
+    // The completion line the README gives: a new bash completes forage-ctl.
+    let out = in_home("bash", &["-c", "source ~/.bashrc && complete -p forage-ctl"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("_clap_complete_forage_ctl"), "{}", describe(&out));
+    for page in ["forage-ctl", "forage-ctl-up"] {
+        let out = in_home("man", &["-w", page]);
+        assert!(out.status.success(), "man -w {page}: {}", describe(&out));
+        let found = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(found.trim(), home.join(format!(".cargo/share/man/man1/{page}.1")).display().to_string());
     }
 }

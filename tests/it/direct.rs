@@ -158,9 +158,11 @@ fn stop_start_restart_keep_the_workspace() {
         v["status"].as_str().unwrap().to_owned()
     };
     env.ok(&["stop", "cycle"]);
-    assert_eq!(status(&env), "exited");
+    assert_eq!(status(&env), "stopped");
     let stderr = env.fails(&["exec", "cycle", "--", "true"], 4);
     assert!(stderr.contains("not running") && stderr.contains("forage-ctl start cycle"), "{stderr}");
+    let stderr = env.fails(&["attach", "cycle"], 4);
+    assert!(stderr.contains("is not running (stopped by `forage-ctl stop`)"), "{stderr}");
     env.ok(&["start", "cycle"]);
     assert_eq!(status(&env), "running");
     env.ok(&["restart", "cycle"]);

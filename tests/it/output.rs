@@ -92,6 +92,10 @@ fn bad_input_and_empty_state() {
             &["up", "w", "-t", "claude-code", "--workspace", file],
             &["up", "w", "--image", "Not A Reference", "--workspace", dir],
             &["up", "w", "--memory", "lots", "--workspace", dir],
+            // A path where `up` takes a flag: the flag that fits it.
+            &["up", "nc", "ripgrep"],
+            &["up", "nc", dir],
+            &["up", "nc"],
             &["templates"],
         ],
     );
@@ -175,4 +179,25 @@ fn a_conflict_resolved_in_the_checkout_and_in_the_sandbox() {
     stable(&env, || insta::assert_snapshot!("a_conflict_resolved_in_the_checkout_and_in_the_sandbox", text));
     env.ok(&["down", name]);
     env.assert_nothing_left_but_archives();
+}
+
+/// `--help`: the commands in groups, the global options apart, every exit
+/// code; each command's own help ends with an example.
+#[test]
+fn help_groups_the_commands() {
+    let env = Env::new();
+    let text = scenario(&env, &[&["--help"], &["stop", "--help"]]);
+    stable(&env, || insta::assert_snapshot!("help_groups_the_commands", text));
+    let help = env.ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| l != &"Lifecycle:")
+        .take_while(|l| !l.starts_with("Global options"))
+        .filter_map(|l| l.strip_prefix("  ").filter(|rest| !rest.starts_with(' '))?.split_whitespace().next())
+        .collect();
+    assert!(commands.len() > 20, "{commands:?}");
+    for command in commands.into_iter().filter(|c| *c != "help") {
+        let own = env.ok(&[command, "--help"]);
+        assert!(own.contains("\nExample: ") && own.contains("forage-ctl "), "{command} --help has no example:\n{own}");
+    }
 }

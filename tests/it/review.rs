@@ -199,6 +199,11 @@ fn apply_leaves_the_work_uncommitted_and_diff_compares_two_sandboxes() {
     let expected: BTreeSet<(String, String)> =
         [("a.txt", "modified"), ("fa.txt", "deleted"), ("fb.txt", "added")].map(|(p, s)| (p.into(), s.into())).into();
     assert_eq!(status, expected);
+    // The patch's headers name the two sandboxes, not git's a/ and b/.
+    let patch = env.ok(&["diff", &a, &b, "--no-pager"]);
+    for header in [format!("diff --git {a}/a.txt {b}/a.txt"), format!("--- {a}/a.txt"), format!("+++ {b}/a.txt")] {
+        assert!(patch.lines().any(|l| l == header), "{header:?} in:\n{patch}");
+    }
 
     let head = git(&repo, &["rev-parse", "HEAD"]);
     env.ok(&["apply", &a]);
@@ -328,6 +333,17 @@ fn wait_and_list_tell_which_agent_needs_you() {
     assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
     let out = env.run(&["wait", &quiet, "--until", "exited", "--timeout", "1s"]);
     assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    // Idle, as the timeout says, not busy.
+    let out = env.run(&["wait", &quiet, "--until", "exited", "--idle-for", "1s", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(9), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with(&format!("timed out: no agent exited; {quiet} is idle (nothing printed for ")), "{said}");
+    let out = env.run(&["wait", &quiet, "--until", "exited", "--idle-for", "1s", "--timeout", "1s", "--json"]);
+    let waited: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (waited["agent"].as_str(), waited["idle"][0]["sandbox"].as_str()),
+        (Some("timed-out"), Some(quiet.as_str()))
+    );
     // Several at once: the first that needs you, by name.
     let out = env.run(&["wait", &quiet, &dead, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -341,6 +357,26 @@ fn wait_and_list_tell_which_agent_needs_you() {
     assert_eq!((row(&busy)["dirty"].as_u64(), row(&busy)["ahead"].as_u64()), (Some(2), Some(0)));
     let table = env.ok(&["list"]);
     assert!(table.contains("exited (137)"), "{table}");
+    // Stopped by forage, not an agent that exited with the stop signal's code;
+    // started again, running.
+    env.ok(&["stop", &busy]);
+    let rows = env.json(&["list", "--json"]);
+    let stopped = rows.as_array().unwrap().iter().find(|r| r["name"] == busy.as_str()).unwrap().clone();
+    assert_eq!(
+        (stopped["status"].as_str(), stopped["agent"].as_str(), stopped["exit_code"].as_i64()),
+        (Some("stopped"), Some("stopped"), None),
+        "{stopped}"
+    );
+    let table = env.ok(&["list"]);
+    let line = table.lines().find(|l| l.contains(busy.as_str())).unwrap();
+    assert!(line.contains(" stopped ") && !line.contains("exited"), "{table}");
+    let status = env.ok(&["status", &busy]);
+    assert!(status.contains("status:     stopped\n") && !status.contains("exit code"), "{status}");
+    assert_eq!(env.json(&["status", &busy, "--json"])["status"], "stopped");
+    let line = env.ok(&["list"]).lines().find(|l| l.contains(dead.as_str())).unwrap().to_owned();
+    assert!(line.contains("exited (137)"), "{line}");
+    env.ok(&["start", &busy]);
+    assert_eq!(env.json(&["status", &busy, "--json"])["status"], "running");
     for n in [&quiet, &dead, &busy] {
         env.ok(&["down", n, "--discard"]);
     }
