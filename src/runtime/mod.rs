@@ -6,6 +6,7 @@ pub mod docker;
 pub mod image;
 pub mod seccomp;
 pub mod session;
+pub mod unreachable;
 
 use std::collections::HashMap;
 use std::future::Future;
