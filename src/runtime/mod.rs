@@ -273,6 +273,8 @@ pub struct ExecOptions {
     pub stdin: bool,
     /// Allocate a terminal.
     pub tty: bool,
+    /// The terminal's size (rows, columns) from the start, when known.
+    pub size: Option<(u16, u16)>,
     pub identity: Identity,
 }
 

@@ -27,3 +27,4 @@ mod output;
 mod reset;
 mod review;
 mod templates;
+mod terminal;
