@@ -34,9 +34,22 @@ struct Line {
     handed_over: bool,
 }
 
+/// The progress line of this process, for the log (`LogWriter`), which
+/// tracing writes without a printer at hand.
+static SHOWN: Mutex<std::sync::Weak<Mutex<Line>>> = Mutex::new(std::sync::Weak::new());
+
 impl Spinner {
     pub fn new() -> Self {
-        Spinner(std::io::stderr().is_terminal().then(Arc::default))
+        let line: Option<Arc<Mutex<Line>>> = std::io::stderr().is_terminal().then(Arc::default);
+        if let Some(line) = &line {
+            *SHOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(line);
+        }
+        Spinner(line)
+    }
+
+    /// The process's progress line (see `SHOWN`), if there is one.
+    fn shown() -> Self {
+        Spinner(SHOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).upgrade())
     }
 
     /// One that never draws (`--quiet`, `--json`).
@@ -139,7 +152,10 @@ impl Progress for Quiet {
 
 impl Drop for Spinner {
     fn drop(&mut self) {
-        self.hand_over();
+        // The last owner clears the line (`shown()` makes short-lived ones).
+        if self.0.as_ref().is_some_and(|line| Arc::strong_count(line) == 1) {
+            self.hand_over();
+        }
     }
 }
 
@@ -151,7 +167,8 @@ pub struct LogWriter;
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::stderr().write_all(&indent_following_lines(buf))?;
+        // Above the progress line, not through it.
+        Spinner::shown().suspend(|| std::io::stderr().write_all(&indent_following_lines(buf)))?;
         Ok(buf.len())
     }
 

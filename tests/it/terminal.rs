@@ -204,3 +204,69 @@ fn exec_and_attach_hand_over_a_clean_terminal_of_the_windows_size_that_follows_i
     env.ok(&["down", &name]);
     env.assert_nothing_left();
 }
+
+/// `-v`'s log lines are written above the progress line, not through it:
+/// `up` paused after starting the container (its spinner drawn), then Ctrl-C
+/// typed on the terminal, makes it log its rollback while the spinner shows.
+#[test]
+fn verbose_log_lines_are_written_above_the_progress_line() {
+    use std::io::Write;
+    let env = Env::new();
+    let ws = env.mkdir("ws");
+    let name = env.unique("logs");
+    let mut child = Command::new("/usr/bin/script")
+        .args(["--quiet", "--command"])
+        .arg(format!("stty rows 40 cols 100; exec {BIN} up {name} -v --workspace {}", ws.display()))
+        .arg("/dev/null")
+        .env("SHELL", "/bin/sh")
+        .env("FORAGE_HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.path("config"))
+        .env("FORAGE_DEBUG_PAUSE_AFTER", "start")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = child.stdout.take().unwrap();
+    let mut shown = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // Read until the spinner is drawn during the pause (it goes on for up to
+    // a minute, far longer than the quarter second before a spinner shows).
+    let paused = b"forage-debug: paused after start";
+    loop {
+        let n = output.read(&mut chunk).unwrap();
+        assert!(n > 0, "up ended before its spinner showed in the pause: {}", escaped(&shown));
+        shown.extend_from_slice(&chunk[..n]);
+        if let Some(at) = shown.windows(paused.len()).position(|w| w == paused) {
+            if String::from_utf8_lossy(&shown[at..]).chars().any(|c| ('\u{2800}'..='\u{28ff}').contains(&c)) {
+                break;
+            }
+        }
+    }
+    let before = shown.len();
+    input.write_all(b"\x03").unwrap();
+    output.read_to_end(&mut shown).unwrap();
+    child.wait().unwrap();
+    drop(input);
+
+    let after = &shown[before..];
+    let text = String::from_utf8_lossy(after);
+    assert!(text.contains(" INFO forage::sandbox: rolling back"), "{}", escaped(after));
+    // Each log line starts a line of its own: after a line break, or after
+    // the sequence that cleared the spinner's line.
+    let mut lines = 0;
+    for (at, _) in text.match_indices("Z  INFO ") {
+        let start = text[..at].rfind(|c: char| !(c.is_ascii_digit() || "-:.T".contains(c))).map_or(0, |i| i + 1);
+        let before = &text[..start];
+        assert!(
+            before.is_empty() || before.ends_with('\n') || before.ends_with("\x1b[2K"),
+            "a log line drawn through the spinner: {}",
+            escaped(after)
+        );
+        lines += 1;
+    }
+    assert!(lines > 0);
+    env.assert_nothing_left();
+}
