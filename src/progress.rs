@@ -12,6 +12,9 @@ pub trait Progress: Send + Sync {
     /// Something the user must read even with `--quiet`: work about to be
     /// thrown away, say.
     fn warn(&self, _message: &str) {}
+    /// The terminal is about to belong to someone else (a container session):
+    /// the renderer clears what it drew and draws nothing more.
+    fn hand_over(&self) {}
 }
 
 /// For scripts, tests and `--quiet`.

@@ -112,7 +112,7 @@ async fn prune(ctx: &Ctx, args: PruneArgs) -> Result<i32> {
         for line in table(&doomed).to_string().lines() {
             ctx.out.status(line);
         }
-        if !super::terminal::ask("delete them? [y/N] ") {
+        if !ctx.out.ask("delete them? [y/N] ") {
             return Err(Error::other("nothing was deleted"));
         }
     }

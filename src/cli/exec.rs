@@ -37,7 +37,8 @@ pub async fn shell(ctx: &Ctx, args: NameArg) -> Result<i32> {
 /// Runs `command` in the sandbox with this terminal; exits with its exit code.
 async fn run_in(ctx: &Ctx, name: &SandboxName, command: Vec<String>, stdin: bool, tty: bool) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let session = engine.exec(name, command, stdin, tty).await?;
+    let size = tty.then(terminal::window_size).flatten();
+    let session = engine.exec(name, command, stdin, tty, size).await?;
     let id = session.id.clone();
     terminal::connect(&engine, session, tty, stdin).await?;
     let code = engine.exit_code(&id).await?.unwrap_or(-1);

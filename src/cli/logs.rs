@@ -20,6 +20,8 @@ pub async fn run(ctx: &Ctx, args: LogsArgs) -> Result<i32> {
     ctx.no_json("logs", "prints the agent's output as it is")?;
     let engine = ctx.engine().await?;
     let record = engine.record(&args.name)?;
+    // The agent's output, as it is, is all that reaches the terminal now.
+    engine.progress.hand_over();
     terminal::pump_output(engine.logs(&record, args.follow, args.tail)).await?;
     Ok(0)
 }

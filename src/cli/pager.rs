@@ -14,6 +14,7 @@ pub fn show(ctx: &Ctx, text: &str, allowed: bool) -> Result<()> {
     let pager = ctx.settings.pager.clone().unwrap_or_else(|| "less".into());
     let wanted = allowed && std::io::stdout().is_terminal() && !pager.trim().is_empty() && pager.trim() != "cat";
     if wanted {
+        ctx.out.hand_over_terminal();
         let mut command = Command::new("sh");
         command.arg("-c").arg(&pager).stdin(Stdio::piped());
         if !ctx.settings.less_set {

@@ -19,11 +19,14 @@ use super::render::{shown, shown_text, Spinner};
 use crate::error::{Error, Hint, Invocation, Result};
 use crate::progress::Progress;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Printer {
     quiet: bool,
     json: bool,
     color: bool,
+    /// The progress line, which every write here clears first (and draws
+    /// again after), so that it never sits among the output.
+    progress: Arc<Spinner>,
 }
 
 /// How a forage command reads on the command line.
@@ -56,7 +59,8 @@ pub fn error_line(err: &Error) -> String {
 impl Printer {
     pub fn new(quiet: bool, json: bool) -> Self {
         let color = std::io::stderr().is_terminal() && crate::env::no_color().is_none();
-        Printer { quiet, json, color }
+        let progress = Arc::new(if quiet || json { Spinner::off() } else { Spinner::new() });
+        Printer { quiet, json, color, progress }
     }
 
     pub fn quiet(&self) -> bool {
@@ -84,34 +88,39 @@ impl Printer {
 
     /// A line of the command's result, on stdout (escaped).
     pub fn data(&self, line: impl AsRef<str>) {
-        println!("{}", shown(line.as_ref()));
+        let line = shown(line.as_ref());
+        self.progress.suspend(|| println!("{line}"));
     }
 
     /// Text made of several lines the caller escaped itself (a table, YAML).
     pub fn data_block(&self, text: impl AsRef<str>) {
-        print!("{}", text.as_ref());
+        self.progress.suspend(|| print!("{}", text.as_ref()));
     }
 
     /// The command's result as JSON, on stdout.
     pub fn json<T: Serialize + ?Sized>(&self, value: &T) -> Result<()> {
         let text = serde_json::to_string_pretty(value).map_err(Error::other)?;
-        let mut out = std::io::stdout().lock();
-        // A reader that went away (`| head`) is not an error of ours.
-        let _ = writeln!(out, "{text}");
+        self.progress.suspend(|| {
+            let mut out = std::io::stdout().lock();
+            // A reader that went away (`| head`) is not an error of ours.
+            let _ = writeln!(out, "{text}");
+        });
         Ok(())
     }
 
     /// What happened, for a person (not with `--quiet` or `--json`), on stderr.
     pub fn status(&self, line: impl AsRef<str>) {
         if !self.quiet && !self.json {
-            eprintln!("{}", shown(line.as_ref()));
+            let line = shown(line.as_ref());
+            self.progress.suspend(|| eprintln!("{line}"));
         }
     }
 
     /// What the user may do next (not with `--quiet` or `--json`), on stderr.
     pub fn hint(&self, hint: &Hint) {
         if !self.quiet && !self.json {
-            eprintln!("{}: {}", self.label("hint", "36"), shown(&hint.render(command_line)));
+            let line = format!("{}: {}", self.label("hint", "36"), shown(&hint.render(command_line)));
+            self.progress.suspend(|| eprintln!("{line}"));
         }
     }
 
@@ -127,7 +136,8 @@ impl Printer {
 
     /// Something the user must read, even with `--quiet`, on stderr: one line.
     pub fn warn(&self, line: impl AsRef<str>) {
-        eprintln!("forage-ctl: {}: {}", self.label("warning", "33"), shown(line.as_ref()));
+        let line = format!("forage-ctl: {}: {}", self.label("warning", "33"), shown(line.as_ref()));
+        self.progress.suspend(|| eprintln!("{line}"));
     }
 
     /// The error, as one line on stderr; with `--json`, as one JSON object
@@ -145,8 +155,22 @@ impl Printer {
             json["hints"] = rendered.into();
             eprintln!("{}", serde_json::json!({ "error": json }));
         } else {
-            eprintln!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));
+            let line = format!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));
+            self.progress.suspend(|| eprintln!("{line}"));
         }
+    }
+
+    /// Asks `question` on stderr (the progress line cleared first); true for
+    /// `y` or `yes` on stdin.
+    pub fn ask(&self, question: &str) -> bool {
+        self.progress.finish();
+        super::terminal::ask(question)
+    }
+
+    /// Clears the progress line for good: the terminal is about to belong to a
+    /// container session or a pager.
+    pub fn hand_over_terminal(&self) {
+        self.progress.hand_over();
     }
 
     /// How the library's progress reaches the user: a spinner on a terminal,
@@ -155,7 +179,7 @@ impl Printer {
         if self.quiet || self.json {
             Arc::new(super::render::Quiet)
         } else {
-            Arc::new(Spinner::new())
+            self.progress.clone()
         }
     }
 }

@@ -5,54 +5,137 @@
 #![allow(clippy::print_stderr)]
 
 use std::io::IsTerminal;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::progress::Progress;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// A spinner on stderr, drawn only when stderr is a terminal.
-pub struct Spinner(Option<ProgressBar>);
+/// How long a step runs before its spinner is drawn: a step that is over
+/// sooner never flashes a line.
+const SHOW_AFTER: Duration = Duration::from_millis(250);
+
+/// The progress line on stderr, drawn only when stderr is a terminal, and only
+/// while a step runs (from `SHOW_AFTER` into it): a command with no step
+/// (`list`, `diff`, `attach`) draws nothing. The printer writes everything
+/// else through `suspend`, so the line is never left among the output, and
+/// `hand_over` clears it for good before a container session or a pager takes
+/// the terminal.
+pub struct Spinner(Option<Arc<Mutex<Line>>>);
+
+#[derive(Default)]
+struct Line {
+    /// The current step's spinner: hidden until `SHOW_AFTER` has passed.
+    bar: Option<ProgressBar>,
+    /// Counts steps started from no spinner, so that a timer left from an
+    /// earlier step does not show a later one early.
+    started: u64,
+    /// The terminal is someone else's now: draw nothing more.
+    handed_over: bool,
+}
+
+/// The progress line of this process, for the log (`LogWriter`), which
+/// tracing writes without a printer at hand.
+static SHOWN: Mutex<std::sync::Weak<Mutex<Line>>> = Mutex::new(std::sync::Weak::new());
 
 impl Spinner {
     pub fn new() -> Self {
-        if !std::io::stderr().is_terminal() {
-            return Spinner(None);
+        let line: Option<Arc<Mutex<Line>>> = std::io::stderr().is_terminal().then(Arc::default);
+        if let Some(line) = &line {
+            *SHOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(line);
         }
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
-        bar.enable_steady_tick(Duration::from_millis(100));
-        Spinner(Some(bar))
+        Spinner(line)
+    }
+
+    /// The process's progress line (see `SHOWN`), if there is one.
+    fn shown() -> Self {
+        Spinner(SHOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).upgrade())
+    }
+
+    /// One that never draws (`--quiet`, `--json`).
+    pub fn off() -> Self {
+        Spinner(None)
+    }
+
+    fn line(&self) -> Option<MutexGuard<'_, Line>> {
+        // A panic while holding the lock leaves nothing half-drawn worth refusing.
+        self.0.as_ref().map(|line| line.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Runs `write` with the progress line cleared, and draws it again after.
+    pub fn suspend<T>(&self, write: impl FnOnce() -> T) -> T {
+        // The lock is not held while writing: the bar has its own.
+        let bar = self.line().and_then(|line| line.bar.clone());
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
+
+    /// Clears the line and draws nothing more: the terminal is about to belong
+    /// to a container session or a pager.
+    pub fn hand_over(&self) {
+        if let Some(mut line) = self.line() {
+            line.handed_over = true;
+            if let Some(bar) = line.bar.take() {
+                bar.finish_and_clear();
+            }
+        }
+    }
+
+    /// Shows the spinner of step `started` once `SHOW_AFTER` has passed, if
+    /// that step is still running then.
+    fn show_later(line: &Arc<Mutex<Line>>, started: u64) {
+        let line = Arc::downgrade(line);
+        std::thread::spawn(move || {
+            std::thread::sleep(SHOW_AFTER);
+            let Some(line) = line.upgrade() else { return };
+            let line = line.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let (Some(bar), false, true) = (&line.bar, line.handed_over, line.started == started) {
+                bar.set_draw_target(ProgressDrawTarget::stderr());
+                bar.enable_steady_tick(Duration::from_millis(100));
+            }
+        });
     }
 }
 
 impl Progress for Spinner {
     fn step(&self, message: &str) {
-        if let Some(bar) = &self.0 {
-            bar.set_message(message.to_owned());
+        let Some(shared) = &self.0 else { return };
+        let mut line = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if line.handed_over {
+            return;
         }
+        if let Some(bar) = &line.bar {
+            bar.set_message(message.to_owned());
+            return;
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template"));
+        bar.set_message(message.to_owned());
+        line.bar = Some(bar);
+        line.started += 1;
+        Self::show_later(shared, line.started);
     }
 
     fn finish(&self) {
-        if let Some(bar) = &self.0 {
+        if let Some(bar) = self.line().and_then(|mut line| line.bar.take()) {
             bar.finish_and_clear();
         }
     }
 
     fn note(&self, message: &str) {
-        self.print(format!("forage-ctl: {}", shown(message)));
+        let line = format!("forage-ctl: {}", shown(message));
+        self.suspend(|| eprintln!("{line}"));
     }
 
     fn warn(&self, message: &str) {
-        self.print(format!("forage-ctl: warning: {}", shown(message)));
+        let line = format!("forage-ctl: warning: {}", shown(message));
+        self.suspend(|| eprintln!("{line}"));
     }
-}
 
-impl Spinner {
-    fn print(&self, line: String) {
-        match &self.0 {
-            Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
-        }
+    fn hand_over(&self) {
+        Spinner::hand_over(self);
     }
 }
 
@@ -69,7 +152,10 @@ impl Progress for Quiet {
 
 impl Drop for Spinner {
     fn drop(&mut self) {
-        self.finish();
+        // The last owner clears the line (`shown()` makes short-lived ones).
+        if self.0.as_ref().is_some_and(|line| Arc::strong_count(line) == 1) {
+            self.hand_over();
+        }
     }
 }
 
@@ -81,7 +167,8 @@ pub struct LogWriter;
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::stderr().write_all(&indent_following_lines(buf))?;
+        // Above the progress line, not through it.
+        Spinner::shown().suspend(|| std::io::stderr().write_all(&indent_following_lines(buf)))?;
         Ok(buf.len())
     }
 

@@ -251,7 +251,7 @@ fn confirm_uncommitted(ctx: &Ctx, plan: &LandPlan) -> Result<()> {
         return Err(Error::usage(format!("sandbox {} has {what}, which would land too; pass --yes", plan.sandbox)));
     }
     let question = format!("sandbox {} has {what}; land them on {} too? [y/N] ", plan.sandbox, plan.target);
-    if super::terminal::ask(&question) {
+    if ctx.out.ask(&question) {
         Ok(())
     } else {
         Err(Error::other("nothing was changed"))

@@ -7,7 +7,7 @@
 #![allow(clippy::print_stderr)]
 
 use std::io::IsTerminal;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use futures_util::StreamExt;
 use nix::sys::termios::{self, SetArg, Termios};
@@ -17,42 +17,64 @@ use crate::error::Result;
 use crate::runtime::{Output, OutputStream, Runtime, Session, SessionId};
 use crate::sandbox::Engine;
 
-/// Puts the controlling terminal in raw mode until dropped.
-pub struct RawTerminal(Option<Termios>);
+/// Puts this terminal in raw mode until dropped (restoring it however the
+/// session ends): the container's terminal already does all a terminal does
+/// (echo, line editing, "\n" to "\r\n"), so ours must do none of it again.
+pub struct RawTerminal(Option<(bool, Termios)>);
 
 impl RawTerminal {
-    pub fn enable(wanted: bool) -> Self {
-        if !wanted || !std::io::stdin().is_terminal() {
+    /// With `input` (our stdin goes to the session), stdin's terminal is made
+    /// wholly raw; without, only the output processing of stdout's terminal
+    /// is turned off, so that Ctrl-C still stops forage-ctl.
+    pub fn enable(tty: bool, input: bool) -> Self {
+        if !tty {
             return RawTerminal(None);
         }
-        let stdin = std::io::stdin();
-        let Ok(saved) = termios::tcgetattr(stdin.as_fd()) else {
-            return RawTerminal(None);
-        };
-        let mut raw = saved.clone();
-        termios::cfmakeraw(&mut raw);
-        if termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).is_err() {
-            return RawTerminal(None);
-        }
-        RawTerminal(Some(saved))
+        let made_raw = on_terminal(input, |fd| {
+            let saved = termios::tcgetattr(fd).ok()?;
+            let mut raw = saved.clone();
+            if input {
+                termios::cfmakeraw(&mut raw);
+            } else {
+                raw.output_flags.remove(termios::OutputFlags::OPOST);
+            }
+            termios::tcsetattr(fd, SetArg::TCSANOW, &raw).ok()?;
+            Some(saved)
+        });
+        RawTerminal(made_raw.flatten().map(|saved| (input, saved)))
     }
 }
 
 impl Drop for RawTerminal {
     fn drop(&mut self) {
-        if let Some(saved) = &self.0 {
-            let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, saved);
+        if let Some((input, saved)) = &self.0 {
+            on_terminal(*input, |fd| termios::tcsetattr(fd, SetArg::TCSANOW, saved));
         }
     }
 }
 
-/// The terminal's size as (rows, columns), if stdout is one.
+/// `change` on stdin's terminal (`input`) or stdout's; `None` when that is
+/// not a terminal.
+fn on_terminal<T>(input: bool, change: impl FnOnce(BorrowedFd<'_>) -> T) -> Option<T> {
+    if input {
+        let stdin = std::io::stdin();
+        stdin.is_terminal().then(|| change(stdin.as_fd()))
+    } else {
+        let stdout = std::io::stdout();
+        stdout.is_terminal().then(|| change(stdout.as_fd()))
+    }
+}
+
+/// The window's size as (rows, columns): of stdout, else stdin, else stderr,
+/// whichever is a terminal first.
 #[allow(unsafe_code)]
-fn window_size() -> Option<(u16, u16)> {
-    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCGWINSZ writes one winsize into the pointer we own.
-    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+pub fn window_size() -> Option<(u16, u16)> {
+    [libc::STDOUT_FILENO, libc::STDIN_FILENO, libc::STDERR_FILENO].into_iter().find_map(|fd| {
+        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCGWINSZ writes one winsize into the pointer we own.
+        let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+        (rc == 0 && ws.ws_row > 0).then_some((ws.ws_row, ws.ws_col))
+    })
 }
 
 /// Copies the session's output to our stdout/stderr until it ends.
@@ -81,23 +103,39 @@ fn forward_stdin(mut input: std::pin::Pin<Box<dyn AsyncWrite + Send>>) {
     });
 }
 
-/// Sizes the session's terminal as ours, now and at every SIGWINCH.
+/// Sizes the session's terminal as ours, now and at every SIGWINCH, so that
+/// a full-screen program inside draws for the window as it is.
 fn forward_window_size<R: Runtime>(engine: &Engine<R>, session: SessionId) {
     let engine = engine.clone();
+    // Listening before the first resize: a change in between is not missed.
+    let changes = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change());
     tokio::spawn(async move {
         let resize = || async {
-            if let Some((rows, cols)) = window_size() {
-                if let Err(e) = engine.resize(&session, rows, cols).await {
-                    tracing::debug!("resizing the session's terminal: {e}");
-                }
+            match window_size() {
+                Some((rows, cols)) => engine.resize(&session, rows, cols).await,
+                None => Ok(()),
             }
         };
-        resize().await;
-        let Ok(mut changes) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()) else {
+        // An exec's process may not have started yet when the engine answers
+        // the attach, and it cannot be resized until it has: try again a few
+        // times, as Docker's own CLI does. (An engine of API 1.42 or newer
+        // was given the size when the exec was created.)
+        for attempt in 1..=10u64 {
+            match resize().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::debug!("resizing the session's terminal (attempt {attempt}): {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(10 * attempt)).await;
+                }
+            }
+        }
+        let Ok(mut changes) = changes else {
             return;
         };
         while changes.recv().await.is_some() {
-            resize().await;
+            if let Err(e) = resize().await {
+                tracing::debug!("resizing the session's terminal: {e}");
+            }
         }
     });
 }
@@ -105,7 +143,9 @@ fn forward_window_size<R: Runtime>(engine: &Engine<R>, session: SessionId) {
 /// Connects `session` to this terminal until it ends; `tty` when the session
 /// has a terminal, `stdin` when our input goes to it.
 pub async fn connect<R: Runtime>(engine: &Engine<R>, session: Session, tty: bool, stdin: bool) -> Result<()> {
-    let _raw = RawTerminal::enable(tty && stdin);
+    // The terminal is the session's now: no progress line may draw over it.
+    engine.progress.hand_over();
+    let _raw = RawTerminal::enable(tty, stdin);
     if stdin {
         forward_stdin(session.input);
     }

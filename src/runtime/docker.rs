@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
 use super::image::Entry;
+use super::unreachable::{unreachable, DEFAULT_HOST};
 use super::{
     ContainerDetails, ContainerSpec, ContainerState, ContainerSummary, ExecOptions, Identity, ImageSource, Mount,
     Network, OutputStream, ReadyImage, Runtime, Session, SessionId, StartWatch, AGENT_HOME, WORKSPACE_TARGET,
@@ -47,15 +48,8 @@ impl Docker {
 
 async fn connect(docker_host: Option<&str>) -> Result<bollard::Docker> {
     {
-        let host = docker_host.unwrap_or("unix:///var/run/docker.sock").to_owned();
-        let unreachable = |detail: String| {
-            let fix = if detail.contains("ermission denied") {
-                "ask for access to the socket (e.g. join the `docker` group and log in again) or point DOCKER_HOST at an engine you may use"
-            } else {
-                "start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"
-            };
-            Error::engine(format!("cannot reach the Docker engine at {host} ({detail})")).hint(fix)
-        };
+        let host = docker_host.unwrap_or(DEFAULT_HOST).to_owned();
+        let unreachable = |e: bollard::errors::Error| unreachable(&host, &e);
         let api = match docker_host {
             Some(h) if h.starts_with("unix://") => {
                 bollard::Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION)
@@ -63,8 +57,8 @@ async fn connect(docker_host: Option<&str>) -> Result<bollard::Docker> {
             Some(h) => bollard::Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION),
             None => bollard::Docker::connect_with_unix_defaults(),
         }
-        .map_err(|e| unreachable(e.to_string()))?;
-        let api = api.negotiate_version().await.map_err(|e| unreachable(e.to_string()))?;
+        .map_err(unreachable)?;
+        let api = api.negotiate_version().await.map_err(unreachable)?;
         let v = api.client_version();
         let (major, minor) = (v.major_version, v.minor_version);
         if (major, minor) < MIN_API {

@@ -6,6 +6,7 @@ pub mod docker;
 pub mod image;
 pub mod seccomp;
 pub mod session;
+pub mod unreachable;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -272,6 +273,8 @@ pub struct ExecOptions {
     pub stdin: bool,
     /// Allocate a terminal.
     pub tty: bool,
+    /// The terminal's size (rows, columns) from the start, when known.
+    pub size: Option<(u16, u16)>,
     pub identity: Identity,
 }
 

@@ -5,6 +5,7 @@
 
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
 use bollard::query_parameters::{AttachContainerOptions, LogsOptions, ResizeContainerTTYOptions};
 use futures_util::StreamExt;
 
@@ -59,11 +60,16 @@ fn output(
 impl Docker {
     /// Starts `cmd` in the container as the agent's user and attaches to it.
     pub(super) async fn exec_session(&self, container: &str, cmd: Vec<String>, opts: ExecOptions) -> Result<Session> {
-        let create = CreateExecOptions {
+        let create = ExecConfig {
             attach_stdin: Some(opts.stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(opts.tty),
+            // API 1.42+ (Docker 23): the process starts on a terminal of the
+            // window's size, so that a program that reads it at once (a
+            // full-screen agent) draws right; older engines ignore it, and the
+            // CLI resizes the terminal once the process runs.
+            console_size: opts.size.filter(|_| opts.tty).map(|(rows, cols)| vec![rows.into(), cols.into()]),
             cmd: Some(cmd),
             env: Some(vec![format!("HOME={AGENT_HOME}")]),
             user: Some(format!("{}:{}", opts.identity.uid, opts.identity.gid)),

@@ -105,10 +105,18 @@ impl<R: Runtime> Engine<R> {
         self.start(name).await
     }
 
-    /// Starts `command` in the sandbox's running container, as the user.
-    pub async fn exec(&self, name: &SandboxName, command: Vec<String>, stdin: bool, tty: bool) -> Result<Session> {
+    /// Starts `command` in the sandbox's running container, as the user; with
+    /// `tty`, on a terminal of `size` (rows, columns) when it is known.
+    pub async fn exec(
+        &self,
+        name: &SandboxName,
+        command: Vec<String>,
+        stdin: bool,
+        tty: bool,
+        size: Option<(u16, u16)>,
+    ) -> Result<Session> {
         let record = self.record(name)?;
-        let options = ExecOptions { stdin, tty, identity: self.identity };
+        let options = ExecOptions { stdin, tty, size, identity: self.identity };
         self.runtime.exec(&record.container, command, options).await
     }
 

@@ -140,3 +140,95 @@ fn unreadable_paths_are_refused_clearly_and_create_nothing() {
     );
     env.assert_nothing_left();
 }
+
+/// Each reason the engine cannot be reached has its own message naming the
+/// socket or address, and its own fix; all exit 5 and create nothing.
+#[test]
+fn a_missing_socket_and_a_refused_engine_each_say_so_and_exit_5() {
+    let env = Env::new();
+    let missing = env.path("no-engine.sock");
+    let err = list_fails_with(&env, &format!("unix://{}", missing.display()));
+    assert_eq!(
+        err,
+        format!(
+            "forage-ctl: error: no Docker engine at unix://{0}: there is no socket {0}; start dockerd (e.g. `sudo \
+             systemctl start docker`), or point DOCKER_HOST at the socket of a running engine\n",
+            missing.display()
+        )
+    );
+
+    // A socket file nobody listens on, as a stopped engine leaves it.
+    let stale = env.path("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let err = list_fails_with(&env, &format!("unix://{}", stale.display()));
+    assert_eq!(
+        err,
+        format!(
+            "forage-ctl: error: no Docker engine listens on the socket {} (connection refused): the engine that made \
+             it has stopped, or it is not a Docker socket; start dockerd (e.g. `sudo systemctl start docker`), or \
+             point DOCKER_HOST at a running engine\n",
+            stale.display()
+        )
+    );
+
+    // A TCP port nothing listens on: bind one, learn its number, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let err = list_fails_with(&env, &format!("tcp://127.0.0.1:{port}"));
+    assert_eq!(
+        err,
+        format!(
+            "forage-ctl: error: the Docker engine at tcp://127.0.0.1:{port} refused the connection: nothing listens \
+             there; start the engine listening on that address, or correct the host and port in DOCKER_HOST\n"
+        )
+    );
+    env.assert_nothing_left();
+}
+
+/// `list` against `docker_host` exits 5; its stderr.
+fn list_fails_with(env: &Env, docker_host: &str) -> String {
+    let out = env.cmd(&["list"]).env("DOCKER_HOST", docker_host).output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{docker_host}: {}", describe(&out));
+    assert!(out.stdout.is_empty(), "{}", describe(&out));
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// A user outside the socket's group is told to join it, not to start dockerd
+/// (which runs). CI runs as root, whom permissions do not stop: the command
+/// runs as `nobody`, with no supplementary groups, against the real socket.
+#[test]
+fn a_user_who_may_not_use_the_socket_is_told_to_join_its_group_not_to_start_dockerd() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let socket = std::path::Path::new("/var/run/docker.sock");
+    let meta = std::fs::metadata(socket).expect("the engine's socket at /var/run/docker.sock");
+    assert_eq!(meta.mode() & 0o006, 0, "the socket must not be open to everyone for this test");
+    let group = nix::unistd::Group::from_gid(meta.gid().into()).unwrap().unwrap().name;
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("a user nobody");
+    assert_ne!(nobody.gid.as_raw(), meta.gid());
+
+    let env = Env::new();
+    nix::unistd::chown(env.dir.path(), Some(nobody.uid), Some(nobody.gid)).unwrap();
+    // With a uid set, std drops root's supplementary groups (setgroups(0)).
+    let out = env
+        .cmd(&["list"])
+        .env("DOCKER_HOST", "unix:///var/run/docker.sock")
+        .env("HOME", env.dir.path())
+        .uid(nobody.uid.as_raw())
+        .gid(nobody.gid.as_raw())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "forage-ctl: error: permission denied on the Docker socket /var/run/docker.sock: user nobody (uid {uid}) \
+             may not use it (its group is {group}, mode {mode:o}); add yourself to the group that owns it (`sudo \
+             usermod -aG {group} $USER`, then log in again or run `newgrp {group}`), or use rootless Docker \
+             (DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock)\n",
+            uid = nobody.uid,
+            mode = meta.mode() & 0o7777,
+        )
+    );
+    assert!(out.stdout.is_empty());
+    env.assert_nothing_left();
+}

@@ -28,3 +28,4 @@ mod output;
 mod reset;
 mod review;
 mod templates;
+mod terminal;

@@ -1,0 +1,188 @@
+//! Why the Docker engine cannot be reached, told apart by the operating
+//! system's own error: a user who may not open the socket, a socket that is
+//! not there, and an engine that refuses the connection each need a different
+//! fix, and "start dockerd" is wrong advice for the first.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::Error;
+
+/// The engine forage talks to when DOCKER_HOST is unset.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// What stood between forage and the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// EACCES (or EPERM) opening the socket: the user may not use it.
+    Denied,
+    /// No socket at that path (ENOENT).
+    Missing,
+    /// ECONNREFUSED: nothing listens there (a socket left by an engine that
+    /// stopped, a file that is not a socket, a TCP port with no engine).
+    Refused,
+    /// Anything else (a scheme bollard does not support, a timeout, …).
+    Other,
+}
+
+/// The first cause the error, or any error it was caused by, names.
+pub fn cause(err: &(dyn std::error::Error + 'static)) -> Cause {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let io = match e.downcast_ref::<bollard::errors::Error>() {
+            Some(bollard::errors::Error::SocketNotFoundError(_)) => return Cause::Missing,
+            // bollard keeps this one's OS error as a field, not as its source.
+            Some(bollard::errors::Error::IOError { err }) => Some(err),
+            _ => e.downcast_ref::<std::io::Error>(),
+        };
+        match io.map(std::io::Error::kind) {
+            Some(std::io::ErrorKind::PermissionDenied) => return Cause::Denied,
+            Some(std::io::ErrorKind::NotFound) => return Cause::Missing,
+            Some(std::io::ErrorKind::ConnectionRefused) => return Cause::Refused,
+            _ => next = e.source(),
+        }
+    }
+    Cause::Other
+}
+
+/// The error for an engine at `host` (a DOCKER_HOST value) that `err` kept
+/// forage from: one message naming the socket or address, one fix. Exit 5.
+pub fn unreachable(host: &str, err: &(dyn std::error::Error + 'static)) -> Error {
+    let socket = host.strip_prefix("unix://").map(Path::new);
+    match (cause(err), socket) {
+        (Cause::Denied, Some(path)) => {
+            let owner = socket_owner(path);
+            Error::engine(format!(
+                "permission denied on the Docker socket {}: {} may not use it{}",
+                path.display(),
+                who(),
+                owner
+                    .as_ref()
+                    .map(|(group, mode)| format!(" (its group is {group}, mode {mode:o})"))
+                    .unwrap_or_default()
+            ))
+            .hint(format!(
+                "add yourself to the group that owns it (`sudo usermod -aG {0} $USER`, then log in again or run \
+                 `newgrp {0}`), or use rootless Docker (DOCKER_HOST=unix://$XDG_RUNTIME_DIR/docker.sock)",
+                owner.as_ref().map_or("docker", |(group, _)| group.as_str())
+            ))
+        }
+        (Cause::Missing, Some(path)) => {
+            Error::engine(format!("no Docker engine at {host}: there is no socket {}", path.display())).hint(
+                "start dockerd (e.g. `sudo systemctl start docker`), or point DOCKER_HOST at the socket of a \
+                 running engine",
+            )
+        }
+        (Cause::Refused, Some(path)) => Error::engine(format!(
+            "no Docker engine listens on the socket {} (connection refused): the engine that made it has stopped, \
+             or it is not a Docker socket",
+            path.display()
+        ))
+        .hint("start dockerd (e.g. `sudo systemctl start docker`), or point DOCKER_HOST at a running engine"),
+        (Cause::Refused, None) => {
+            Error::engine(format!("the Docker engine at {host} refused the connection: nothing listens there"))
+                .hint("start the engine listening on that address, or correct the host and port in DOCKER_HOST")
+        }
+        _ => Error::engine(format!("cannot reach the Docker engine at {host} ({})", chain(err)))
+            .hint("start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"),
+    }
+}
+
+/// The user forage runs as, by name when it has one.
+fn who() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => format!("user {} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+/// The socket's group (by name when it has one) and permission bits, when
+/// they can be read.
+fn socket_owner(path: &Path) -> Option<(String, u32)> {
+    let meta = std::fs::metadata(path).ok()?;
+    let group = match nix::unistd::Group::from_gid(meta.gid().into()) {
+        Ok(Some(group)) => group.name,
+        _ => meta.gid().to_string(),
+    };
+    Some((group, meta.mode() & 0o7777))
+}
+
+/// The error and its causes, as one line: bollard's own message alone says
+/// "client error (Connect)", the operating system's reason is further down.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![err.to_string()];
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(code: i32) -> bollard::errors::Error {
+        bollard::errors::Error::IOError { err: std::io::Error::from_raw_os_error(code) }
+    }
+
+    /// An error as a connector wraps it: the OS error two causes down.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_os_error_is_its_own_cause_however_deep() {
+        assert_eq!(cause(&os(libc::EACCES)), Cause::Denied);
+        assert_eq!(cause(&os(libc::EPERM)), Cause::Denied);
+        assert_eq!(cause(&os(libc::ENOENT)), Cause::Missing);
+        assert_eq!(cause(&os(libc::ECONNREFUSED)), Cause::Refused);
+        assert_eq!(cause(&os(libc::ETIMEDOUT)), Cause::Other);
+        assert_eq!(cause(&bollard::errors::Error::SocketNotFoundError("/x".into())), Cause::Missing);
+        assert_eq!(cause(&Wrapped(std::io::Error::from_raw_os_error(libc::EACCES))), Cause::Denied);
+    }
+
+    #[test]
+    fn each_cause_has_its_own_message_and_fix() {
+        let denied = unreachable("unix:///nonexistent/docker.sock", &os(libc::EACCES));
+        assert!(denied.to_string().starts_with("permission denied on the Docker socket /nonexistent/docker.sock: "));
+        assert!(denied.hints()[0].text.contains("usermod -aG docker") && denied.hints()[0].text.contains("newgrp"));
+        assert!(!denied.hints()[0].text.contains("start dockerd"));
+
+        let missing = unreachable("unix:///run/x.sock", &os(libc::ENOENT));
+        assert_eq!(missing.to_string(), "no Docker engine at unix:///run/x.sock: there is no socket /run/x.sock");
+        assert!(missing.hints()[0].text.starts_with("start dockerd"));
+
+        let refused = unreachable("tcp://127.0.0.1:1", &os(libc::ECONNREFUSED));
+        assert_eq!(
+            refused.to_string(),
+            "the Docker engine at tcp://127.0.0.1:1 refused the connection: nothing listens there"
+        );
+        assert!(refused.hints()[0].text.contains("DOCKER_HOST"));
+
+        let stale = unreachable("unix:///run/x.sock", &os(libc::ECONNREFUSED));
+        assert!(stale
+            .to_string()
+            .starts_with("no Docker engine listens on the socket /run/x.sock (connection refused)"));
+
+        let other = unreachable("unix:///run/x.sock", &Wrapped(std::io::Error::from_raw_os_error(libc::ETIMEDOUT)));
+        assert!(other.to_string().starts_with("cannot reach the Docker engine at unix:///run/x.sock (client error"));
+        for e in [denied, missing, refused, stale, other] {
+            assert_eq!(e.exit_code(), 5);
+        }
+    }
+}
