@@ -11,7 +11,9 @@ mod gc;
 mod lifecycle;
 mod list;
 mod logs;
+mod next;
 mod pager;
+mod path;
 mod printer;
 mod render;
 mod reset;
@@ -99,8 +101,14 @@ pub enum Command {
     Merge(review::MergeArgs),
     /// The agent's whole change as uncommitted edits in your checkout.
     Apply(NameArg),
-    /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out).
+    /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out);
+    /// --all: every one; --next: the next not yet reported (10: none left).
     Wait(wait::WaitArgs),
+    /// Print the sandbox's workspace directory on the host, from forage's record.
+    Path(NameArg),
+    /// Make (or move) branch review/NAME at the agent's synced work, for you
+    /// to switch to in your checkout (git sandboxes).
+    Checkout(NameArg),
     /// What `down` archived; `archives prune` deletes old archives.
     Archives(archives::ArchivesArgs),
     /// Tear sandboxes down: container first, then workspace and record.
@@ -203,6 +211,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Merge(args) => review::merge(&ctx, args).await,
         Command::Apply(args) => review::apply(&ctx, args).await,
         Command::Wait(args) => wait::run(&ctx, args).await,
+        Command::Path(args) => path::run(&ctx, args).await,
+        Command::Checkout(args) => path::checkout(&ctx, args).await,
         Command::Archives(args) => archives::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,

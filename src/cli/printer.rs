@@ -41,6 +41,12 @@ fn shell_word(word: &str) -> String {
     }
 }
 
+/// Hints as `--json` shows them: each one's text rendered, its command kept
+/// as arguments, so that scripts need not parse the line.
+pub fn hints_json(hints: &[Hint]) -> serde_json::Value {
+    hints.iter().map(|h| serde_json::json!({ "text": h.render(command_line), "command": h.command })).collect()
+}
+
 /// An error as one line: the message (and its cause), then each hint. A
 /// message of several lines (a program's own error output) keeps them, each
 /// indented, so that none starts as forage's own lines do.
@@ -137,12 +143,7 @@ impl Printer {
     pub fn error(&self, err: &Error) {
         if self.json {
             let mut json = err.to_json();
-            let rendered: Vec<serde_json::Value> = err
-                .hints()
-                .iter()
-                .map(|h| serde_json::json!({ "text": h.render(command_line), "command": h.command }))
-                .collect();
-            json["hints"] = rendered.into();
+            json["hints"] = hints_json(err.hints());
             eprintln!("{}", serde_json::json!({ "error": json }));
         } else {
             eprintln!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));

@@ -123,11 +123,14 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
 
 /// What `up` (and `restore --up`) made, and what to do next.
 pub fn report(ctx: &Ctx, record: &Record, started: bool) -> Result<()> {
+    let ws = record.workspace.get();
+    let hints = super::next::after_up(&record.name, ws.mode());
     if ctx.out.json_wanted() {
-        return ctx.out.json(record);
+        let mut json = serde_json::to_value(record).map_err(crate::error::Error::other)?;
+        json["hints"] = super::printer::hints_json(&hints);
+        return ctx.out.json(&json);
     }
     let n = record.name.as_str();
-    let ws = record.workspace.get();
     let branch = match (ws.mode(), ws.branch()) {
         (Mode::Jj, Some(b)) => format!(" bookmark {b}"),
         (_, Some(b)) => format!(" on branch {b}"),
@@ -140,7 +143,8 @@ pub fn report(ctx: &Ctx, record: &Record, started: bool) -> Result<()> {
         ws.host_path().display(),
         ws.mode()
     ));
-    ctx.out.hint_run("{command} to reach the agent", ["attach", n]);
-    ctx.out.hint_run("{command} to remove it, keeping its work", ["down", n]);
+    for hint in &hints {
+        ctx.out.hint(hint);
+    }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! trait's: nothing here matches on modes.
 
 mod archives;
+mod checkout;
 mod down;
 pub mod gc;
 pub mod journal;
@@ -25,6 +26,7 @@ mod up;
 mod wait;
 
 pub use archives::{PruneOutcome, Pruned};
+pub use checkout::CheckedOut;
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;
@@ -32,7 +34,7 @@ pub use plan::{ContainerPlan, SecretFile, UpOptions};
 pub use query::{not_found, Activity, SandboxRow, SandboxState, SandboxStatus, IDLE_AFTER};
 pub use request::{UpRequest, UpSpec, WorkspaceSpec};
 pub use review::{Applied, DiffPart, DiffReport, LogReport, MergeRequest};
-pub use wait::{Until, Waited};
+pub use wait::{Until, Waited, WaitedAll, WaitedNext};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -265,7 +265,7 @@ impl<R: Runtime> Engine<R> {
     /// beside it), the workspace's own mounts, and the container's writable
     /// mounts: as the record's pins have them, or (a record of an older forage,
     /// or one forage cannot read) as the engine has them.
-    async fn agent_reach(&self) -> Result<AgentReach> {
+    pub(super) async fn agent_reach(&self) -> Result<AgentReach> {
         let (records, bad) = self.home.load_all()?;
         let mut sandboxes: Vec<(SandboxName, String, WorkspaceRecord, Vec<Pin>)> =
             records.into_iter().map(|r| (r.name, r.container, r.workspace, r.pins)).collect();
@@ -290,7 +290,7 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// The record of a sandbox whose work can be reviewed.
-    fn reviewable(&self, name: &SandboxName) -> Result<Record> {
+    pub(super) fn reviewable(&self, name: &SandboxName) -> Result<Record> {
         let record = self.record(name)?;
         if record.workspace.get().review().is_none() {
             return Err(match record.workspace.mode() {
@@ -309,7 +309,7 @@ impl<R: Runtime> Engine<R> {
 
     /// `sync` of a sandbox whose lock the caller holds, with jj's snapshot
     /// taken inside (in a helper container when it is stopped).
-    async fn sync_for_review(&self, record: &Record) -> Result<()> {
+    pub(super) async fn sync_for_review(&self, record: &Record) -> Result<()> {
         let inside = match self.run_inside_if_running(record, true).await {
             Some(inside) => Some(inside),
             None => self.run_inside_in_helper(record, true).await,
@@ -330,7 +330,7 @@ impl<R: Runtime> Engine<R> {
         Ok(locks)
     }
 
-    async fn lock_repo_of(&self, record: &Record) -> Result<Option<Lock>> {
+    pub(super) async fn lock_repo_of(&self, record: &Record) -> Result<Option<Lock>> {
         match record.workspace.get().repository_lock() {
             Some(repo) => Ok(Some(self.lock_repo(repo).await?)),
             None => Ok(None),

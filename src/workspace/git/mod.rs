@@ -20,6 +20,7 @@ pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
 mod review;
+pub mod review_branch;
 
 use std::path::{Path, PathBuf};
 
