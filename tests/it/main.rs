@@ -23,6 +23,7 @@ mod host_safety;
 mod image;
 mod jj;
 mod jj_isolation;
+mod next_step;
 mod output;
 mod reset;
 mod review;
