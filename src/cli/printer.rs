@@ -107,6 +107,18 @@ impl Printer {
         Ok(())
     }
 
+    /// `json` of `value` (an object) with the next steps added as `hints`
+    /// (`hints_json`), its own keys in their order.
+    pub fn json_with_hints<T: Serialize>(&self, value: &T, hints: &[Hint]) -> Result<()> {
+        #[derive(Serialize)]
+        struct WithHints<'a, T: Serialize> {
+            #[serde(flatten)]
+            value: &'a T,
+            hints: serde_json::Value,
+        }
+        self.json(&WithHints { value, hints: hints_json(hints) })
+    }
+
     /// What happened, for a person (not with `--quiet` or `--json`), on stderr.
     pub fn status(&self, line: impl AsRef<str>) {
         if !self.quiet && !self.json {

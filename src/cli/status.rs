@@ -11,9 +11,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let has_work = s.git.as_ref().is_some_and(|g| g.ahead > 0 || !g.dirty.is_empty());
     let hints = super::next::after_status(&r.name, ws.mode(), has_work);
     if ctx.out.json_wanted() {
-        let mut json = serde_json::to_value(&s).map_err(crate::error::Error::other)?;
-        json["hints"] = super::printer::hints_json(&hints);
-        ctx.out.json(&json)?;
+        ctx.out.json_with_hints(&s, &hints)?;
         return Ok(0);
     }
     let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));

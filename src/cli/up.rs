@@ -144,7 +144,7 @@ fn warn_uncommitted(ctx: &Ctx, found: &HostUncommitted) {
         return;
     }
     ctx.out.warn(format!(
-        "{checkout} has {changes} (edited or untracked files) that the agent will not see: it starts from your last commit"
+        "{checkout} has {changes} (edited, deleted or untracked files) that the agent will not see: it starts from your last commit"
     ));
     ctx.out.hint_text("pass --include-uncommitted to start the agent with a copy of them");
 }
@@ -154,9 +154,7 @@ pub fn report(ctx: &Ctx, record: &Record, started: bool) -> Result<()> {
     let ws = record.workspace.get();
     let hints = super::next::after_up(&record.name, ws.mode());
     if ctx.out.json_wanted() {
-        let mut json = serde_json::to_value(record).map_err(crate::error::Error::other)?;
-        json["hints"] = super::printer::hints_json(&hints);
-        return ctx.out.json(&json);
+        return ctx.out.json_with_hints(record, &hints);
     }
     let n = record.name.as_str();
     let branch = match (ws.mode(), ws.branch()) {
