@@ -156,8 +156,7 @@ impl<R: Runtime> Engine<R> {
             spec.branch.as_deref(),
             spec.allow_home,
         )?;
-        let (workspace, host_uncommitted) =
-            uncommitted_of(workspace, spec.base.as_deref(), spec.include_uncommitted)?;
+        let (workspace, host_uncommitted) = uncommitted_of(workspace, spec.base.as_deref(), spec.include_uncommitted)?;
         let mut request = self.finish_request(spec.name, template, workspace, options, spec.start)?;
         request.host_uncommitted = host_uncommitted;
         Ok(request)

@@ -136,8 +136,7 @@ impl<R: Runtime> Engine<R> {
         loop {
             self.cancel.check()?;
             let reported: Vec<ReportedAgent> = self.home.read_state(REPORTED)?;
-            let left: Vec<&Record> =
-                watched.iter().filter(|r| !reported.contains(&ReportedAgent::of(r))).collect();
+            let left: Vec<&Record> = watched.iter().filter(|r| !reported.contains(&ReportedAgent::of(r))).collect();
             if left.is_empty() {
                 return Ok(WaitedNext::NoneLeft);
             }

@@ -209,13 +209,15 @@ fn path_and_checkout_reach_the_agents_work_from_the_host() {
 
     // `path`: the workspace of the record.
     let listed = env.json(&["list", "--json"]);
-    let workspace = listed.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap()["workspace"].clone();
+    let workspace =
+        listed.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap()["workspace"].clone();
     assert_eq!(env.ok(&["path", &name]).trim_end(), workspace.as_str().unwrap());
     assert_eq!(env.json(&["path", &name, "--json"])["path"], workspace);
     env.fails(&["path", "ns-nosuch"], 3);
 
     // The sandbox's own branch cannot be switched to in the user's checkout.
-    let refused = Command::new("git").arg("-C").arg(&repo).args(["switch", &format!("forage-{name}")]).output().unwrap();
+    let refused =
+        Command::new("git").arg("-C").arg(&repo).args(["switch", &format!("forage-{name}")]).output().unwrap();
     assert!(!refused.status.success(), "{}", describe(&refused));
 
     // `checkout`: a branch of the agent's synced commits, to switch to.

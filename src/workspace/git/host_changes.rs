@@ -51,8 +51,9 @@ impl HostChanges {
             .include_ignored(false)
             .exclude_submodules(true)
             .include_unmodified(false);
-        let statuses =
-            repo.statuses(Some(&mut opts)).map_err(|e| ws_err(format!("reading the status of {}: {e}", top.display())))?;
+        let statuses = repo
+            .statuses(Some(&mut opts))
+            .map_err(|e| ws_err(format!("reading the status of {}: {e}", top.display())))?;
         let mut changes = Vec::new();
         for entry in statuses.iter() {
             let status = entry.status();
@@ -64,7 +65,12 @@ impl HostChanges {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Change::Remove,
                 Err(_) => Change::Skip("unreadable"),
                 Ok(m) if m.file_type().is_file() || m.file_type().is_symlink() => Change::Copy,
-                Ok(m) if m.file_type().is_dir() => Change::Skip("a directory git does not list file by file (a repository of its own?)"),
+                // A tracked file or symlink replaced by a directory: its files
+                // come as entries of their own.
+                Ok(m) if m.file_type().is_dir() && !status.contains(Status::WT_NEW) => Change::Remove,
+                Ok(m) if m.file_type().is_dir() => {
+                    Change::Skip("a directory git does not list file by file (a repository of its own?)")
+                }
                 Ok(_) => Change::Skip("not a file or symlink"),
             };
             changes.push((path, change));
@@ -162,4 +168,60 @@ fn remove_one(root: &Dir, path: &[u8]) -> io::Result<()> {
         dir.remove_entry(name)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A repository whose HEAD tracks `d` as a symlink to `outside`, and
+    /// whose checkout has a directory `d/` with a file instead, an edit and
+    /// a deletion.
+    fn user_repo(root: &Path, outside: &Path) -> PathBuf {
+        let top = root.join("user");
+        let repo = Repository::init(&top).unwrap();
+        std::os::unix::fs::symlink(outside, top.join("d")).unwrap();
+        std::fs::write(top.join("a.txt"), "a\n").unwrap();
+        std::fs::write(top.join("gone.txt"), "gone\n").unwrap();
+        let mut index = repo.index().unwrap();
+        for p in ["d", "a.txt", "gone.txt"] {
+            index.add_path(Path::new(p)).unwrap();
+        }
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "init", &tree, &[]).unwrap();
+        std::fs::remove_file(top.join("d")).unwrap();
+        std::fs::create_dir(top.join("d")).unwrap();
+        std::fs::write(top.join("d/f.txt"), "mine\n").unwrap();
+        std::fs::write(top.join("a.txt"), "a\nedited\n").unwrap();
+        std::fs::remove_file(top.join("gone.txt")).unwrap();
+        top
+    }
+
+    #[test]
+    fn copies_the_checkout_s_changes_and_never_writes_through_a_symlink_of_head() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let top = user_repo(tmp.path(), &outside);
+        // The new worktree: HEAD's files, `d` a symlink to `outside`.
+        let worktree = tmp.path().join("worktree");
+        std::fs::create_dir(&worktree).unwrap();
+        std::os::unix::fs::symlink(&outside, worktree.join("d")).unwrap();
+        std::fs::write(worktree.join("a.txt"), "a\n").unwrap();
+        std::fs::write(worktree.join("gone.txt"), "gone\n").unwrap();
+
+        let changes = HostChanges::read(&top).unwrap();
+        // `d` (a symlink deleted), `d/f.txt` (untracked), `a.txt`, `gone.txt`.
+        assert_eq!(changes.count(), 4, "{changes:?}");
+        assert_eq!(changes.skipped(), Vec::<String>::new());
+        changes.copy_into(&top, &worktree).unwrap();
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing written through the symlink");
+        assert!(std::fs::symlink_metadata(worktree.join("d")).unwrap().is_dir());
+        assert_eq!(std::fs::read_to_string(worktree.join("d/f.txt")).unwrap(), "mine\n");
+        assert_eq!(std::fs::read_to_string(worktree.join("a.txt")).unwrap(), "a\nedited\n");
+        assert!(!worktree.join("gone.txt").exists());
+    }
 }

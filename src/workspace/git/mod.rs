@@ -16,12 +16,12 @@
 
 mod checkout;
 mod fsck;
+pub mod host_changes;
 pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
 mod review;
 pub mod review_branch;
-pub mod host_changes;
 
 use std::path::{Path, PathBuf};
 

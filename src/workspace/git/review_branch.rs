@@ -53,17 +53,18 @@ impl GitWorkspace {
         };
         let Some(current) = current else {
             repo.reference(&refname, tip, false, &message).map_err(|e| {
-                ws_err(format!("creating branch {branch} in {}: {e}", self.repo.display()))
-                    .hint(format!("a branch named like it may be in the way (`git -C {:?} branch --list 'review*'`)", self.repo))
+                ws_err(format!("creating branch {branch} in {}: {e}", self.repo.display())).hint(format!(
+                    "a branch named like it may be in the way (`git -C {:?} branch --list 'review*'`)",
+                    self.repo
+                ))
             })?;
             return Ok(ReviewMove { before: None, tip });
         };
         if current == tip {
             return Ok(ReviewMove { before: Some(current), tip });
         }
-        let forage_left_it = ours.is_some_and(|o| {
-            o.branch == branch && o.common_dir == self.common_dir && o.commit == current.to_string()
-        });
+        let forage_left_it = ours
+            .is_some_and(|o| o.branch == branch && o.common_dir == self.common_dir && o.commit == current.to_string());
         if !forage_left_it {
             return Err(Error::conflict(format!(
                 "branch {branch} exists in {} at {}, and forage did not put it there: refusing to move it",
