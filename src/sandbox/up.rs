@@ -79,7 +79,8 @@ impl<R: Runtime> Engine<R> {
             return Ok(());
         }
         let checkout = &git.workspace.repo;
-        self.agent_reach().await?.refuse_checkout(checkout, &format!("your checkout {}", checkout.display()))
+        let what = format!("--include-uncommitted reads your checkout {}", checkout.display());
+        self.agent_reach().await?.refuse_reading(checkout, &what)
     }
 
     /// Undoes what a failed `up` made, and says how that went.

@@ -133,6 +133,15 @@ fn up_warns_of_uncommitted_changes_and_include_uncommitted_copies_them() {
     for n in [&plain, &copied] {
         env.ok(&["down", n, "--discard"]);
     }
+
+    // Never read where an agent writes: a direct sandbox over a directory of
+    // the checkout (its agent could put a symlink or a FIFO there meanwhile).
+    let direct = env.unique("ns-direct");
+    env.ok(&["up", &direct, "--workspace", repo.join("deep").to_str().unwrap()]);
+    let err = env.fails(&["up", &refused, "--git-worktree", r, "--include-uncommitted"], 4);
+    assert!(err.contains("--include-uncommitted reads your checkout") && err.contains(&direct), "{err}");
+    assert!(!env.home.join("workspaces").join(&refused).exists());
+    env.ok(&["down", &direct]);
 }
 
 /// The files of a checkout (its `.git` left out: `up` adds a worktree there).
