@@ -137,7 +137,7 @@ fn json_for_scripts() {
         &[
             &["up", name, "--workspace", d, "--json"],
             &["list", "--json"],
-            &["status", name, "--json"],
+            &["status", name],
             &["down", name, "--dry-run", "--json"],
             &["down", name, "--json"],
             &["gc", "--json"],
@@ -163,7 +163,7 @@ fn the_next_step_is_named() {
             &["up", "snap-next-x", "--git-worktree", r, "--include-uncommitted", "--base", "main"],
             &["up", "snap-next-x", "--workspace", r, "--include-uncommitted"],
             &["exec", name, "--", "sh", "-c", work],
-            &["status", name, "--json"],
+            &["status", name],
             &["path", name],
         ],
     );
