@@ -38,9 +38,14 @@ pub async fn checkout(ctx: &Ctx, args: NameArg) -> Result<i32> {
     ctx.out.data(format!("{verb} branch {} at {at}: the synced work of sandbox {}", made.branch, made.sandbox));
     ctx.out.hint_text(&format!("`git switch {}` in {} to look at it", made.branch, made.checkout));
     ctx.out.hint_run("{command} again moves it to the agent's newer work", ["checkout", made.sandbox.as_str()]);
-    if made.uncommitted > 0 {
+    let files = match made.uncommitted {
+        0 => None,
+        1 => Some("uncommitted file is".to_owned()),
+        n => Some(format!("{n} uncommitted files are")),
+    };
+    if let Some(files) = files {
         ctx.out.hint_run(
-            &format!("the agent's {} uncommitted file(s) are not on it: {{command}} shows them", made.uncommitted),
+            &format!("the agent's {files} not on it: {{command}} shows them"),
             ["diff", made.sandbox.as_str(), "--uncommitted"],
         );
     }
