@@ -265,3 +265,22 @@ fn path_and_checkout_reach_the_agents_work_from_the_host() {
     assert_eq!(git(&repo, &["rev-parse", &review]), mine);
     env.ok(&["down", &name, "--discard"]);
 }
+
+#[test]
+fn jj_refuses_include_uncommitted_and_checkout_and_its_hint_is_true() {
+    let env = Env::new();
+    let repo = crate::jj::jj_repo(&env, "jj-repo", false);
+    let r = repo.to_str().unwrap();
+    std::fs::write(repo.join("mine.txt"), "mine\n").unwrap();
+    let name = env.unique("ns-jj");
+    let err = env.fails(&["up", &name, "--jj", r, "--include-uncommitted"], 2);
+    assert!(err.contains("--include-uncommitted is for git") && err.contains("--base @"), "{err}");
+    assert!(!env.home.join("workspaces").join(&name).exists());
+    // What the hint says: `jj status` records the file in @, `--base @` starts on it.
+    crate::jj::jj(&repo, &["status"]);
+    env.ok(&["up", &name, "--jj", r, "--base", "@"]);
+    assert_eq!(inside(&env, &name, "cat /workspace/mine.txt"), "mine\n");
+    let err = env.fails(&["checkout", &name], 2);
+    assert!(err.contains(&format!("jj new forage/{name}")), "{err}");
+    env.ok(&["down", &name, "--discard"]);
+}
