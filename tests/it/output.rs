@@ -137,7 +137,7 @@ fn json_for_scripts() {
         &[
             &["up", name, "--workspace", d, "--json"],
             &["list", "--json"],
-            &["status", name],
+            &["status", name, "--json"],
             &["down", name, "--dry-run", "--json"],
             &["down", name, "--json"],
             &["gc", "--json"],
