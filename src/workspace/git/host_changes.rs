@@ -201,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_the_checkout_s_changes_and_never_writes_through_a_symlink_of_head() {
+    fn copies_the_checkout_s_changes_where_head_has_a_symlink_and_the_user_a_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let outside = tmp.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
@@ -223,5 +223,27 @@ mod tests {
         assert_eq!(std::fs::read_to_string(worktree.join("d/f.txt")).unwrap(), "mine\n");
         assert_eq!(std::fs::read_to_string(worktree.join("a.txt")).unwrap(), "a\nedited\n");
         assert!(!worktree.join("gone.txt").exists());
+    }
+
+    #[test]
+    fn a_symlink_in_the_worktree_is_replaced_never_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let top = tmp.path().join("user");
+        std::fs::create_dir_all(top.join("d")).unwrap();
+        std::fs::write(top.join("d/f.txt"), "mine\n").unwrap();
+        std::fs::write(top.join("g.txt"), "g\n").unwrap();
+        let worktree = tmp.path().join("worktree");
+        std::fs::create_dir(&worktree).unwrap();
+        std::os::unix::fs::symlink(&outside, worktree.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.join("g.txt"), worktree.join("g.txt")).unwrap();
+        // Only the copies: whatever stands in the worktree's way is replaced.
+        let changes =
+            HostChanges { changes: vec![(b"d/f.txt".to_vec(), Change::Copy), (b"g.txt".to_vec(), Change::Copy)] };
+        changes.copy_into(&top, &worktree).unwrap();
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing written through a symlink");
+        assert_eq!(std::fs::read_to_string(worktree.join("d/f.txt")).unwrap(), "mine\n");
+        assert!(std::fs::symlink_metadata(worktree.join("g.txt")).unwrap().is_file());
     }
 }
