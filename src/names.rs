@@ -51,6 +51,12 @@ impl SandboxName {
     pub fn branch(&self) -> String {
         format!("forage-{}", self.0)
     }
+
+    /// The branch `checkout` makes for the user to switch to: `review/<name>`
+    /// (not `forage-…`, which a sandbox named `<name>-review` could own).
+    pub fn review_branch(&self) -> String {
+        format!("review/{}", self.0)
+    }
 }
 
 impl FromStr for SandboxName {

@@ -127,6 +127,38 @@ impl Home {
         self.root.join("locks")
     }
 
+    /// FORAGE_HOME/state: small files of forage's that outlive one sandbox
+    /// (which agents `wait --next` reported, the branches `checkout` made).
+    fn state_path(&self, file: &str) -> PathBuf {
+        self.root.join("state").join(format!("{file}.json"))
+    }
+
+    /// The state file `file` (`T::default()` when there is none yet).
+    pub fn read_state<T: serde::de::DeserializeOwned + Default>(&self, file: &str) -> Result<T> {
+        let path = self.state_path(file);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).context(|| format!("reading {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(T::default()),
+            Err(e) => Err(Error::other(format!("reading {}: {e}", path.display()))),
+        }
+    }
+
+    /// Replaces the state file `file` with `value`, atomically. The caller
+    /// holds `lock_state(file)`.
+    pub fn write_state<T: Serialize>(&self, file: &str, value: &T) -> Result<()> {
+        let path = self.state_path(file);
+        let dir = path.parent().expect("state dir").to_path_buf();
+        self.ensure_dir(&dir)?;
+        let tmp = write_temp(&path, &serde_json::to_vec_pretty(value).map_err(Error::other)?)?;
+        fs::rename(&tmp, &path).context(|| format!("writing {}", path.display()))?;
+        sync_dir(&dir)
+    }
+
+    /// Serialises read-modify-write of the state file `file`.
+    pub fn lock_state(&self, file: &str) -> Result<Lock> {
+        self.lock(&format!("state-{file}"), true).map(|l| l.expect("blocking lock always returns"))
+    }
+
     fn archives_path(&self, name: &SandboxName) -> PathBuf {
         self.root.join("archives").join(format!("{name}.json"))
     }
@@ -381,7 +413,7 @@ impl Home {
 
     /// Temp files of record and archive-index writes whose writer is gone.
     pub fn stale_temp_files(&self) -> Vec<PathBuf> {
-        let dirs = [self.sandboxes_dir(), self.root.join("archives")];
+        let dirs = [self.sandboxes_dir(), self.root.join("archives"), self.root.join("state")];
         let mut stale: Vec<PathBuf> = dirs
             .iter()
             .filter_map(|d| fs::read_dir(d).ok())

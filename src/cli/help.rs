@@ -12,7 +12,7 @@ const GROUPS: [(&str, &[&str]); 3] = [
             "down", "restore",
         ],
     ),
-    ("Review and land", &["sync", "diff", "log", "merge", "update", "apply"]),
+    ("Review and land", &["sync", "diff", "log", "merge", "update", "apply", "path", "checkout"]),
     ("Housekeeping", &["archives", "gc", "templates", "completions", "man", "help"]),
 ];
 

@@ -13,7 +13,9 @@ mod help;
 mod lifecycle;
 mod list;
 mod logs;
+mod next;
 mod pager;
+mod path;
 mod printer;
 mod render;
 mod reset;
@@ -58,7 +60,7 @@ pub fn command() -> clap::Command {
     about = "Run AI coding agents in sandboxes: one container and one workspace per agent",
     after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 already exists/conflict, \
                   5 Docker unreachable, 6 workspace/VCS error, 7 refused to lose data; \
-                  `wait`: 8 an agent is idle, 9 timed out.\n\
+                  `wait`: 8 an agent is idle, 9 timed out, 10 `--next` found none left.\n\
                   FORAGE_HOME sets where state lives; RUST_LOG filters tracing output.\n\
                   `forage-ctl COMMAND --help` shows a command's options and an example."
 )]
@@ -132,9 +134,17 @@ pub enum Command {
     /// The agent's whole change as uncommitted edits in your checkout.
     #[command(after_help = "Example: forage-ctl apply agent-a")]
     Apply(NameArg),
-    /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out).
+    /// Until an agent exits or goes idle (exit 0: exited, 8: idle, 9: timed out);
+    /// --all: every one; --next: the next not yet reported (10: none left).
     #[command(after_help = "Example: forage-ctl wait agent-a agent-b --until idle --timeout 1h")]
     Wait(wait::WaitArgs),
+    /// Print the sandbox's workspace directory on the host, from forage's record.
+    #[command(after_help = "Example: cd \"$(forage-ctl path agent-a)\"")]
+    Path(NameArg),
+    /// Make (or move) branch review/NAME at the agent's synced work, for you
+    /// to switch to in your checkout (git sandboxes).
+    #[command(after_help = "Example: forage-ctl checkout agent-a && git switch review/agent-a")]
+    Checkout(NameArg),
     /// What `down` archived; `archives prune` deletes old archives.
     #[command(after_help = "Example: forage-ctl archives prune --older-than 30d")]
     Archives(archives::ArchivesArgs),
@@ -245,6 +255,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Update(args) => review::update(&ctx, args).await,
         Command::Apply(args) => review::apply(&ctx, args).await,
         Command::Wait(args) => wait::run(&ctx, args).await,
+        Command::Path(args) => path::run(&ctx, args).await,
+        Command::Checkout(args) => path::checkout(&ctx, args).await,
         Command::Archives(args) => archives::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,

@@ -44,6 +44,12 @@ fn shell_word(word: &str) -> String {
     }
 }
 
+/// Hints as `--json` shows them: each one's text rendered, its command kept
+/// as arguments, so that scripts need not parse the line.
+pub fn hints_json(hints: &[Hint]) -> serde_json::Value {
+    hints.iter().map(|h| serde_json::json!({ "text": h.render(command_line), "command": h.command })).collect()
+}
+
 /// An error as one line: the message (and its cause), then each hint. A
 /// message of several lines (a program's own error output) keeps them, each
 /// indented, so that none starts as forage's own lines do.
@@ -108,6 +114,18 @@ impl Printer {
         Ok(())
     }
 
+    /// `json` of `value` (an object) with the next steps added as `hints`
+    /// (`hints_json`), its own keys in their order.
+    pub fn json_with_hints<T: Serialize>(&self, value: &T, hints: &[Hint]) -> Result<()> {
+        #[derive(Serialize)]
+        struct WithHints<'a, T: Serialize> {
+            #[serde(flatten)]
+            value: &'a T,
+            hints: serde_json::Value,
+        }
+        self.json(&WithHints { value, hints: hints_json(hints) })
+    }
+
     /// What happened, for a person (not with `--quiet` or `--json`), on stderr.
     pub fn status(&self, line: impl AsRef<str>) {
         if !self.quiet && !self.json {
@@ -147,12 +165,7 @@ impl Printer {
     pub fn error(&self, err: &Error) {
         if self.json {
             let mut json = err.to_json();
-            let rendered: Vec<serde_json::Value> = err
-                .hints()
-                .iter()
-                .map(|h| serde_json::json!({ "text": h.render(command_line), "command": h.command }))
-                .collect();
-            json["hints"] = rendered.into();
+            json["hints"] = hints_json(err.hints());
             eprintln!("{}", serde_json::json!({ "error": json }));
         } else {
             let line = format!("forage-ctl: {}: {}", self.label("error", "1;31"), error_line(err));

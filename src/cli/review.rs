@@ -81,6 +81,7 @@ pub struct MergeArgs {
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
     /// The sandbox whose work to update.
+    #[arg(add = super::complete::sandboxes())]
     pub name: SandboxName,
     /// The branch (jj: bookmark) to bring in (default: the one `merge` lands on).
     #[arg(long, value_name = "BRANCH")]

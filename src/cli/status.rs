@@ -6,12 +6,14 @@ use crate::workspace::{Mode, Synced};
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let s = ctx.engine().await?.status(&args.name).await?;
-    if ctx.out.json_wanted() {
-        ctx.out.json(&s)?;
-        return Ok(0);
-    }
     let r = &s.record;
     let ws = r.workspace.get();
+    let has_work = s.git.as_ref().is_some_and(|g| g.ahead > 0 || !g.dirty.is_empty());
+    let hints = super::next::after_status(&r.name, ws.mode(), has_work);
+    if ctx.out.json_wanted() {
+        ctx.out.json_with_hints(&s, &hints)?;
+        return Ok(0);
+    }
     let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
     line("name", r.name.to_string());
     line("status", s.row.status.to_string());
@@ -54,6 +56,9 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
             ctx.out.hint_run("{command} makes a new one", ["reset", r.name.as_str()]);
             ctx.out.hint_run("{command} cleans up", ["down", r.name.as_str()]);
         }
+    }
+    for hint in &hints {
+        ctx.out.hint(hint);
     }
     Ok(0)
 }

@@ -7,9 +7,9 @@ use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Network;
-use crate::sandbox::{UpSpec, WorkspaceSpec};
+use crate::sandbox::{HostUncommitted, UpSpec, WorkspaceSpec};
 use crate::template::DEFAULT_TEMPLATE;
-use crate::workspace::Mode;
+use crate::workspace::{Mode, WorkspaceRecord};
 
 #[derive(Debug, Args)]
 // One workspace flag at most; that there is one is checked in `workspace`,
@@ -77,6 +77,11 @@ pub struct UpArgs {
     /// Create everything but do not start the container.
     #[arg(long)]
     pub no_start: bool,
+    /// git: start the agent's worktree with a copy of your checkout's
+    /// uncommitted changes (tracked edits and untracked files that are not
+    /// ignored), on your HEAD; your checkout is left as it is.
+    #[arg(long)]
+    pub include_uncommitted: bool,
     /// Arguments appended to the template's agent command.
     #[arg(last = true)]
     pub agent_args: Vec<String>,
@@ -128,6 +133,7 @@ impl UpArgs {
             allow_home: self.allow_home,
             start: !self.no_start,
             agent_args: self.agent_args,
+            include_uncommitted: self.include_uncommitted,
         })
     }
 }
@@ -155,6 +161,9 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
     // Everything that can be checked is checked before anything is made.
     let request = engine.prepare_up(args.spec()?)?;
+    if let Some(found) = &request.host_uncommitted {
+        warn_uncommitted(ctx, found);
+    }
     let started = request.start;
     ctx.cancel_on_signals();
     let record = engine.up(request).await?;
@@ -163,26 +172,51 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The user's uncommitted changes: left out (the agent starts from HEAD and
+/// will not see them, so say so), or copied in (say what could not be).
+fn warn_uncommitted(ctx: &Ctx, found: &HostUncommitted) {
+    let n = found.count;
+    let changes = if n == 1 { "1 uncommitted change".to_owned() } else { format!("{n} uncommitted changes") };
+    let checkout = found.checkout.display();
+    if found.included {
+        ctx.out.status(format!("copying {changes} of {checkout} into the sandbox"));
+        for s in &found.skipped {
+            ctx.out.warn(format!("not copied into the sandbox: {s}"));
+        }
+        return;
+    }
+    ctx.out.warn(format!(
+        "{checkout} has {changes} (edited, deleted or untracked files) that the agent will not see: it starts from your last commit"
+    ));
+    ctx.out.hint_text("pass --include-uncommitted to start the agent with a copy of them");
+}
+
 /// What `up` (and `restore --up`) made, and what to do next.
 pub fn report(ctx: &Ctx, record: &Record, started: bool) -> Result<()> {
+    let ws = record.workspace.get();
+    let hints = super::next::after_up(&record.name, ws.mode());
     if ctx.out.json_wanted() {
-        return ctx.out.json(record);
+        return ctx.out.json_with_hints(record, &hints);
     }
     let n = record.name.as_str();
-    let ws = record.workspace.get();
     let branch = match (ws.mode(), ws.branch()) {
         (Mode::Jj, Some(b)) => format!(" bookmark {b}"),
         (_, Some(b)) => format!(" on branch {b}"),
         _ => String::new(),
     };
+    let copied = match &record.workspace {
+        WorkspaceRecord::GitWorktree(g) if g.from_uncommitted => ", with your uncommitted changes",
+        _ => "",
+    };
     ctx.out.data(format!(
-        "sandbox {n} is {}: container {}, workspace {} ({}{branch})",
+        "sandbox {n} is {}: container {}, workspace {} ({}{branch}{copied})",
         if started { "up" } else { "created" },
         record.container,
         ws.host_path().display(),
         ws.mode()
     ));
-    ctx.out.hint_run("{command} to reach the agent", ["attach", n]);
-    ctx.out.hint_run("{command} to remove it, keeping its work", ["down", n]);
+    for hint in &hints {
+        ctx.out.hint(hint);
+    }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! trait's: nothing here matches on modes.
 
 mod archives;
+mod checkout;
 mod down;
 pub mod gc;
 pub mod journal;
@@ -26,15 +27,16 @@ mod update;
 mod wait;
 
 pub use archives::{PruneOutcome, Pruned};
+pub use checkout::CheckedOut;
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;
 pub use plan::{ContainerPlan, SecretFile, UpOptions};
 pub use query::{not_found, Activity, SandboxRow, SandboxState, SandboxStatus, IDLE_AFTER};
-pub use request::{UpRequest, UpSpec, WorkspaceSpec};
+pub use request::{HostUncommitted, UpRequest, UpSpec, WorkspaceSpec};
 pub use review::{Applied, DiffPart, DiffReport, LogReport, MergeRequest};
 pub use update::Updated;
-pub use wait::{Until, Waited};
+pub use wait::{Until, Waited, WaitedAll, WaitedNext};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

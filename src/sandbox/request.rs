@@ -53,6 +53,22 @@ pub struct UpSpec {
     /// Start the agent (`--no-start` clears it).
     pub start: bool,
     pub agent_args: Vec<String>,
+    /// git: the worktree starts with a copy of the uncommitted changes of
+    /// the user's checkout.
+    pub include_uncommitted: bool,
+}
+
+/// The uncommitted changes of the user's checkout, which a git sandbox's
+/// agent does not see unless `--include-uncommitted` copies them in.
+#[derive(Debug, Clone)]
+pub struct HostUncommitted {
+    pub checkout: PathBuf,
+    /// How many paths differ from HEAD.
+    pub count: usize,
+    /// Paths that cannot be copied, each with why.
+    pub skipped: Vec<String>,
+    /// Copied into the sandbox (`--include-uncommitted`).
+    pub included: bool,
 }
 
 /// A checked `up`: what is to be made, and the container's plan.
@@ -63,6 +79,9 @@ pub struct UpRequest {
     pub workspace: WorkspaceRequest,
     pub options: UpOptions,
     pub start: bool,
+    /// The user's uncommitted changes, when there are any (git sandboxes
+    /// started from HEAD).
+    pub host_uncommitted: Option<HostUncommitted>,
     pub(crate) plan: ContainerPlan,
 }
 
@@ -74,6 +93,39 @@ impl UpRequest {
             WorkspaceRequest::GitWorktree(g) => WorkspaceRecord::GitWorktree(g.workspace.clone()),
             WorkspaceRequest::Jj(j) => WorkspaceRecord::Jj(j.workspace.clone()),
         }
+    }
+}
+
+/// `--include-uncommitted` applied to the workspace asked for, and the
+/// user's uncommitted changes (a git sandbox started from HEAD: any other
+/// would not have them anyway).
+fn uncommitted_of(
+    workspace: WorkspaceRequest,
+    base: Option<&str>,
+    include: bool,
+) -> Result<(WorkspaceRequest, Option<HostUncommitted>)> {
+    match workspace {
+        WorkspaceRequest::GitWorktree(git) => {
+            let git = if include { git.include_uncommitted(base)? } else { git };
+            if base.is_some() {
+                return Ok((WorkspaceRequest::GitWorktree(git), None));
+            }
+            let found = git.host_changes()?.filter(|c| c.count() > 0).map(|c| HostUncommitted {
+                checkout: git.workspace.repo.clone(),
+                count: c.count(),
+                skipped: c.skipped(),
+                included: include,
+            });
+            Ok((WorkspaceRequest::GitWorktree(git), found))
+        }
+        WorkspaceRequest::Jj(_) if include => Err(Error::usage(
+            "--include-uncommitted is for git: in jj your working copy is a change (@) already",
+        )
+        .hint("`jj status` in your repository records your files in @; then `--base @` starts the agent on top of them")),
+        WorkspaceRequest::Direct(_) if include => Err(Error::usage(
+            "--include-uncommitted is for --git-worktree: --workspace mounts your directory as it is, uncommitted changes and all",
+        )),
+        other => Ok((other, None)),
     }
 }
 
@@ -104,7 +156,10 @@ impl<R: Runtime> Engine<R> {
             spec.branch.as_deref(),
             spec.allow_home,
         )?;
-        self.finish_request(spec.name, template, workspace, options, spec.start)
+        let (workspace, host_uncommitted) = uncommitted_of(workspace, spec.base.as_deref(), spec.include_uncommitted)?;
+        let mut request = self.finish_request(spec.name, template, workspace, options, spec.start)?;
+        request.host_uncommitted = host_uncommitted;
+        Ok(request)
     }
 
     /// A request for `restore --up`: a sandbox on the archive's work, with the
@@ -148,7 +203,7 @@ impl<R: Runtime> Engine<R> {
         let guard = guard(&self.home, &self.settings);
         let secrets_dir = self.home.secrets_dir().join(name.as_str());
         let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity, &secrets_dir)?;
-        let request = UpRequest { name, template, workspace, options, start, plan };
+        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan };
         let workspace = request.workspace_record();
         workspace.check_host_paths(&guard)?;
         // Every host path the container would mount, and what its agent writes:

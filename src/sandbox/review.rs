@@ -310,7 +310,7 @@ impl<R: Runtime> Engine<R> {
     /// beside it), the workspace's own mounts, and the container's writable
     /// mounts: as the record's pins have them, or (a record of an older forage,
     /// or one forage cannot read) as the engine has them.
-    async fn agent_reach(&self) -> Result<AgentReach> {
+    pub(super) async fn agent_reach(&self) -> Result<AgentReach> {
         let (records, bad) = self.home.load_all()?;
         let mut sandboxes: Vec<(SandboxName, String, WorkspaceRecord, Vec<Pin>)> =
             records.into_iter().map(|r| (r.name, r.container, r.workspace, r.pins)).collect();
@@ -375,7 +375,7 @@ impl<R: Runtime> Engine<R> {
         Ok(locks)
     }
 
-    async fn lock_repo_of(&self, record: &Record) -> Result<Option<Lock>> {
+    pub(super) async fn lock_repo_of(&self, record: &Record) -> Result<Option<Lock>> {
         match record.workspace.get().repository_lock() {
             Some(repo) => Ok(Some(self.lock_repo(repo).await?)),
             None => Ok(None),

@@ -149,6 +149,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         allow_home: false,
         start: true,
         agent_args: Vec::new(),
+        include_uncommitted: false,
     };
     engine.prepare_up(spec).unwrap()
 }

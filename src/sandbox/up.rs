@@ -22,6 +22,7 @@ impl<R: Runtime> Engine<R> {
     /// Carries out a checked `up` (`prepare_up`): every step journaled before
     /// it runs, all undone in reverse if one fails or the user interrupts.
     pub async fn up(&self, req: UpRequest) -> Result<Record> {
+        self.refuse_copy_from_agents_reach(&req).await?;
         let lock = self.lock_sandbox(&req.name).await?;
         let image = self.runtime.ensure_image(&req.plan.image, self.progress.as_ref()).await?;
         self.cancel.check()?;
@@ -69,6 +70,18 @@ impl<R: Runtime> Engine<R> {
         };
         drop(lock);
         result
+    }
+
+    /// `--include-uncommitted` reads the user's checkout: never one an agent
+    /// can write (it could plant symlinks and FIFOs there while forage reads).
+    async fn refuse_copy_from_agents_reach(&self, req: &UpRequest) -> Result<()> {
+        let crate::workspace::WorkspaceRequest::GitWorktree(git) = &req.workspace else { return Ok(()) };
+        if !git.workspace.from_uncommitted {
+            return Ok(());
+        }
+        let checkout = &git.workspace.repo;
+        let what = format!("--include-uncommitted reads your checkout {}", checkout.display());
+        self.agent_reach().await?.refuse_reading(checkout, &what)
     }
 
     /// Undoes what a failed `up` made, and says how that went.

@@ -78,14 +78,44 @@ impl AgentReach {
     /// a symlink, or that goes through a directory an agent could have
     /// replaced by one, is caught too.
     pub fn refuse_checkout(&self, dir: &Path, what: &str) -> Result<()> {
+        let Some((w, relation)) = self.writer_near(dir) else { return Ok(()) };
+        Err(Error::conflict(format!(
+            "{what}, which {relation} the {} of sandbox {} ({}): its agent could plant symlinks there while forage writes; nothing was changed",
+            w.what,
+            w.sandbox,
+            w.path.display()
+        ))
+        .hint("land the work on a branch checked out where no sandbox writes (--into BRANCH)")
+        .hint_run("or take that sandbox down first with {command}", ["down", w.sandbox.as_str()]))
+    }
+
+    /// Refuses to read files in `dir` (`what` says what it is) when it is,
+    /// holds or lies inside a directory an agent can write, as
+    /// `refuse_checkout` finds them: the agent could plant symlinks and FIFOs
+    /// there while forage reads.
+    pub fn refuse_reading(&self, dir: &Path, what: &str) -> Result<()> {
+        let Some((w, relation)) = self.writer_near(dir) else { return Ok(()) };
+        Err(Error::conflict(format!(
+            "{what}, which {relation} the {} of sandbox {} ({}): its agent could plant symlinks and FIFOs there while forage reads; nothing was made",
+            w.what,
+            w.sandbox,
+            w.path.display()
+        ))
+        .hint_run("take that sandbox down first with {command}", ["down", w.sandbox.as_str()]))
+    }
+
+    /// The first directory an agent writes that `dir` is, holds or lies
+    /// inside (every directory on the way to `dir` counted where it really
+    /// is), and which of the three.
+    fn writer_near(&self, dir: &Path) -> Option<(&Writable, &'static str)> {
         let on_the_way = resolved_ancestors(dir);
         let real = crate::host_paths::resolved(dir);
-        for w in &self.writable {
+        self.writable.iter().find_map(|w| {
             let w_real = crate::host_paths::resolved(&w.path);
             let inside = on_the_way.iter().any(|a| a.starts_with(&w_real) || a.starts_with(&w.path));
             let holds = w_real.starts_with(&real) || w.path.starts_with(dir);
             if !inside && !holds {
-                continue;
+                return None;
             }
             let relation = if real == w_real {
                 "is"
@@ -94,16 +124,8 @@ impl AgentReach {
             } else {
                 "lies inside"
             };
-            return Err(Error::conflict(format!(
-                "{what}, which {relation} the {} of sandbox {} ({}): its agent could plant symlinks there while forage writes; nothing was changed",
-                w.what,
-                w.sandbox,
-                w.path.display()
-            ))
-            .hint("land the work on a branch checked out where no sandbox writes (--into BRANCH)")
-            .hint_run("or take that sandbox down first with {command}", ["down", w.sandbox.as_str()]));
-        }
-        Ok(())
+            Some((w, relation))
+        })
     }
 }
 
@@ -156,6 +178,7 @@ mod tests {
             base: "0".repeat(40),
             base_ref: None,
             private: None,
+            from_uncommitted: false,
         });
         let mut reach = AgentReach::default();
         reach.add("b", &ws, []);

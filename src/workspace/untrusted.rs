@@ -296,8 +296,41 @@ impl Dir {
 
     /// Makes the directory `name` beneath this one (forage's own staging areas).
     pub fn make_dir(&self, name: impl AsRef<OsStr>) -> io::Result<Dir> {
-        nix::sys::stat::mkdirat(&self.fd, name.as_ref(), Mode::from_bits_truncate(0o700))?;
+        self.make_dir_with_mode(name, 0o700)
+    }
+
+    /// `make_dir` with permissions `mode` (less the umask).
+    pub fn make_dir_with_mode(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<Dir> {
+        nix::sys::stat::mkdirat(&self.fd, name.as_ref(), Mode::from_bits_truncate(mode))?;
         self.dir(name.as_ref())?.ok_or_else(|| io::Error::other("a directory just made is gone"))
+    }
+
+    /// Removes `name`: a file, a symlink (itself, never what it points to) or
+    /// an empty directory; false when it was not there.
+    pub fn remove_entry(&self, name: impl AsRef<OsStr>) -> io::Result<bool> {
+        use nix::unistd::{unlinkat, UnlinkatFlags};
+        let name = name.as_ref();
+        match unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::ENOENT) => Ok(false),
+            Err(nix::errno::Errno::EISDIR | nix::errno::Errno::EPERM) => {
+                unlinkat(&self.fd, name, UnlinkatFlags::RemoveDir)?;
+                Ok(true)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the regular file `name` (which must not exist yet) with
+    /// permissions `mode` (less the umask), for writing.
+    pub fn create_file(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        Ok(File::from(openat(&self.fd, name.as_ref(), flags, Mode::from_bits_truncate(mode))?))
+    }
+
+    /// Creates the symlink `name` (which must not exist yet) pointing to `target`.
+    pub fn create_symlink(&self, target: &OsStr, name: impl AsRef<OsStr>) -> io::Result<()> {
+        Ok(nix::unistd::symlinkat(target, &self.fd, name.as_ref())?)
     }
 }
 

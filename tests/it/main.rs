@@ -24,6 +24,7 @@ mod image;
 mod jj;
 mod jj_isolation;
 mod merge_conflicts;
+mod next_step;
 mod output;
 mod reset;
 mod review;

@@ -201,3 +201,43 @@ fn help_groups_the_commands() {
         assert!(own.contains("\nExample: ") && own.contains("forage-ctl "), "{command} --help has no example:\n{own}");
     }
 }
+
+#[test]
+fn the_next_step_is_named() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    std::fs::write(repo.join("a.txt"), "edited\n").unwrap();
+    std::fs::write(repo.join("new.txt"), "new\n").unwrap();
+    let r = repo.to_str().unwrap();
+    let name = "snap-next";
+    let work = "cd /workspace && echo one > one.txt && git add one.txt && git commit -qm one";
+    let text = scenario(
+        &env,
+        &[
+            &["up", name, "--git-worktree", r],
+            &["up", "snap-next-x", "--git-worktree", r, "--include-uncommitted", "--base", "main"],
+            &["up", "snap-next-x", "--workspace", r, "--include-uncommitted"],
+            &["exec", name, "--", "sh", "-c", work],
+            &["status", name],
+            &["path", name],
+        ],
+    );
+    git(&repo, &["branch", "review/snap-next", "main"]);
+    let refused = scenario(&env, &[&["checkout", name]]);
+    git(&repo, &["branch", "-D", "review/snap-next"]);
+    let rest = scenario(
+        &env,
+        &[
+            &["checkout", name],
+            &["checkout", name, "--json"],
+            &["exec", name, "--", "sh", "-c", "kill -KILL -1"],
+            &["wait", "--all"],
+            &["wait", "--next"],
+            &["wait", "--next"],
+            &["wait", "--next", "--json"],
+            &["down", name, "--discard"],
+        ],
+    );
+    let text = text + &refused + &rest;
+    stable(&env, || insta::assert_snapshot!("the_next_step_is_named", text));
+}

@@ -17,10 +17,12 @@
 mod checkout;
 mod conflicts;
 mod fsck;
+pub mod host_changes;
 pub(crate) mod import;
 pub mod private;
 pub(crate) mod refs;
 mod review;
+pub mod review_branch;
 
 use std::path::{Path, PathBuf};
 
@@ -64,6 +66,10 @@ pub struct GitWorkspace {
     /// records of sandboxes made before forage gave agents one.
     #[serde(default)]
     pub private: Option<PathBuf>,
+    /// `up --include-uncommitted`: the worktree started with a copy of the
+    /// uncommitted changes of the user's checkout (`host_changes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_uncommitted: bool,
 }
 
 /// Validated input for a new git-worktree sandbox; nothing is created yet.
@@ -114,8 +120,36 @@ impl GitRequest {
                 base: base_commit.to_string(),
                 base_ref,
                 private: Some(private_dir),
+                from_uncommitted: false,
             },
         })
+    }
+
+    /// The uncommitted changes of the user's checkout (`None` for a bare
+    /// repository, which has none).
+    pub fn host_changes(&self) -> Result<Option<host_changes::HostChanges>> {
+        if self.workspace.repo == self.workspace.common_dir {
+            return Ok(None);
+        }
+        host_changes::HostChanges::read(&self.workspace.repo).map(Some)
+    }
+
+    /// `--include-uncommitted`: the worktree will start with a copy of the
+    /// user's uncommitted changes, on HEAD (their changes are relative to it).
+    pub fn include_uncommitted(mut self, base: Option<&str>) -> Result<Self> {
+        if base.is_some() {
+            return Err(Error::usage(
+                "--include-uncommitted starts from your HEAD, to which your uncommitted changes belong; leave out --base",
+            ));
+        }
+        if self.workspace.repo == self.workspace.common_dir {
+            return Err(Error::usage(format!(
+                "{} is a bare repository: it has no checkout, so no uncommitted changes to include",
+                self.workspace.repo.display()
+            )));
+        }
+        self.workspace.from_uncommitted = true;
+        Ok(self)
     }
 }
 
@@ -240,6 +274,15 @@ impl GitWorkspace {
     /// Adds the host's worktree on the branch and checks it out: the host's view
     /// of the sandbox, and the files the agent starts from.
     pub fn add_worktree(&self) -> Result<()> {
+        self.check_out_worktree()?;
+        if self.from_uncommitted {
+            host_changes::HostChanges::read(&self.repo)?.copy_into(&self.repo, &self.path)?;
+        }
+        Ok(())
+    }
+
+    /// The worktree, checked out at the branch.
+    fn check_out_worktree(&self) -> Result<()> {
         let repo = self.open()?;
         if let Some(parent) = self.path.parent() {
             std::fs::create_dir_all(parent).map_err(ws_err)?;
