@@ -51,6 +51,11 @@ impl SandboxName {
     pub fn branch(&self) -> String {
         format!("forage-{}", self.0)
     }
+
+    /// A jj sandbox's bookmark: `forage/<name>`.
+    pub fn bookmark(&self) -> String {
+        format!("forage/{}", self.0)
+    }
 }
 
 impl FromStr for SandboxName {

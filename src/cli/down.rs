@@ -3,7 +3,7 @@ use clap::Args;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::{DownOptions, DownReport, PlannedDown, SandboxState};
+use crate::sandbox::{restore_args, DownOptions, DownReport, PlannedDown, SandboxState};
 use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
@@ -89,7 +89,7 @@ fn print_report(ctx: &Ctx, r: &DownReport) {
     let kind = if r.mode == Some(Mode::Jj) { "bookmark" } else { "ref" };
     for a in &r.archived_elsewhere {
         let short = &a.commit[..a.commit.len().min(12)];
-        let source = a.source.as_deref().unwrap_or("elsewhere");
+        let source = super::render::shown(a.source.as_deref().unwrap_or("elsewhere"));
         ctx.out.data(match r.mode {
             Some(Mode::Jj) => format!("archived the agent's {source} as bookmark {} ({short})", a.refname),
             _ => format!(
@@ -120,8 +120,15 @@ fn print_report(ctx: &Ctx, r: &DownReport) {
             &a.commit[..a.commit.len().min(12)]
         ));
     }
-    if r.archived.is_some() || !r.archived_elsewhere.is_empty() {
-        ctx.out.hint_run("restore it with {command}", ["restore", name.as_str()]);
+    // One command per archive: each brings back its own work, under a name
+    // of its own (`sandbox::archives::restore_name`).
+    if let Some(a) = &r.archived {
+        let what = if r.archived_elsewhere.is_empty() { "it" } else { "the sandbox's work" };
+        ctx.out.hint_run(&format!("restore {what} with {{command}}"), restore_args(name, &a.refname));
+    }
+    for a in &r.archived_elsewhere {
+        let source = super::render::shown(a.source.as_deref().unwrap_or("work found elsewhere"));
+        ctx.out.hint_run(&format!("restore the agent's {source} with {{command}}"), restore_args(name, &a.refname));
     }
 }
 

@@ -9,7 +9,7 @@ use super::{pager, Ctx};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::sandbox::{DiffPart, DiffReport, MergeRequest};
-use crate::workspace::review::{FileChange, LandHow, LandPlan};
+use crate::workspace::review::{DetachedHead, FileChange, LandHow, LandPlan};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -80,6 +80,9 @@ pub async fn diff(ctx: &Ctx, args: DiffArgs) -> Result<i32> {
     }
     for s in &report.skipped {
         ctx.out.warn(format!("not read, taken as committed: {s}"));
+    }
+    if let Some(head) = &report.agent_head {
+        say_detached(ctx, &args.name, head, "diff");
     }
     if ctx.out.json_wanted() {
         return ctx.out.json(&report).map(|()| 0);
@@ -178,6 +181,9 @@ pub async fn log(ctx: &Ctx, args: LogArgs) -> Result<i32> {
     if let Some(e) = &report.sync_error {
         ctx.out.warn(format!("the sync failed, so this shows what the host had: {e}"));
     }
+    if let Some(head) = &report.agent_head {
+        say_detached(ctx, &args.name, head, "log");
+    }
     if ctx.out.json_wanted() {
         return ctx.out.json(&report).map(|()| 0);
     }
@@ -196,6 +202,37 @@ pub async fn log(ctx: &Ctx, args: LogArgs) -> Result<i32> {
     }
     pager::show(ctx, &text, !args.no_pager)?;
     Ok(0)
+}
+
+/// The agent's HEAD is detached: its commit, and those there the branch
+/// (which alone `diff`, `log` and `merge` show) does not hold.
+fn say_detached(ctx: &Ctx, name: &SandboxName, head: &DetachedHead, command: &str) {
+    let summary = if head.summary.is_empty() { "(no message)" } else { &head.summary };
+    let shows = match command {
+        "log" => "log lists the branch's commits only",
+        _ => "diff compares the files with the branch, so what the detached commits changed shows as uncommitted",
+    };
+    ctx.out.warn(format!(
+        "the agent's HEAD is detached at {} {}, not on branch {}: {shows}",
+        &head.commit[..head.commit.len().min(12)],
+        shown(summary),
+        head.branch
+    ));
+    if !head.unsynced.is_empty() {
+        let n = head.unsynced.len();
+        let shown_commits: Vec<String> = head.unsynced.iter().take(10).map(|c| shown(c)).collect();
+        ctx.out.warn(format!(
+            "{n} commit{} there on no branch of yours ({}{}): `down` archives {}",
+            if n == 1 { "" } else { "s" },
+            shown_commits.join("; "),
+            if n > 10 { format!("; and {} more", n - 10) } else { String::new() },
+            if n == 1 { "it" } else { "them" }
+        ));
+    }
+    ctx.out.hint_run(
+        "{command} puts its HEAD back on the branch (then `git merge` or `git cherry-pick` the detached commits there)",
+        ["exec", name.as_str(), "--", "git", "-C", "/workspace", "switch", head.branch.as_str()],
+    );
 }
 
 pub async fn merge(ctx: &Ctx, args: MergeArgs) -> Result<i32> {

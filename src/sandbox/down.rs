@@ -251,6 +251,8 @@ impl<R: Runtime> Engine<R> {
                 archived_at: now(),
                 uncommitted_files: Some(a.dirty_files.len()),
                 commits: Some(a.commits),
+                base: ws.base(),
+                source: a.source.clone(),
             })?;
         }
         Ok(outcome)

@@ -24,7 +24,7 @@ mod tests;
 mod up;
 mod wait;
 
-pub use archives::{PruneOutcome, Pruned};
+pub use archives::{restore_args, PruneOutcome, Pruned};
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;

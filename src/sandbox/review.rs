@@ -15,7 +15,7 @@ use crate::record::Record;
 use crate::runtime::Runtime;
 use crate::store::Lock;
 use crate::workspace::reach::{self, AgentReach};
-use crate::workspace::review::{self, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
+use crate::workspace::review::{self, DetachedHead, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
 use crate::workspace::{Mode, WorkspaceRecord};
 
 /// Which part of the work `diff` shows.
@@ -46,6 +46,10 @@ pub struct DiffReport {
     /// Why the sync before it failed: the diff then shows what the host had.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sync_errors: Vec<String>,
+    /// git: the agent's HEAD, when it is detached (its commits there are
+    /// not on the sandbox's branch, so not in this diff).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_head: Option<DetachedHead>,
 }
 
 /// What `log` found.
@@ -56,6 +60,9 @@ pub struct LogReport {
     pub commits: Vec<LogEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_error: Option<String>,
+    /// git: the agent's HEAD, when it is detached (see `DiffReport`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_head: Option<DetachedHead>,
 }
 
 /// Where and how `merge` lands the work.
@@ -102,11 +109,12 @@ impl<R: Runtime> Engine<R> {
             }
         }
         let (ws, other_ws) = (record.workspace.clone(), other_record.map(|r| r.workspace));
-        let (start, files, skipped) = super::blocking(move || {
+        let (start, files, skipped, agent_head) = super::blocking(move || {
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             review::in_memory(&repo)?;
             let work = review.work(&repo)?;
+            let agent_head = review.detached_head(&repo).ok().flatten();
             let mut skipped = work.skipped.clone();
             let (old, new) = match &other_ws {
                 Some(o) => {
@@ -120,7 +128,7 @@ impl<R: Runtime> Engine<R> {
                     DiffPart::Uncommitted => (review::tree_of(&repo, work.tip)?, work.current),
                 },
             };
-            Ok((work.start.to_string(), review::diff(&repo, Some(old), Some(new))?, skipped))
+            Ok((work.start.to_string(), review::diff(&repo, Some(old), Some(new))?, skipped, agent_head))
         })
         .await?;
         Ok(DiffReport {
@@ -130,6 +138,7 @@ impl<R: Runtime> Engine<R> {
             files,
             skipped,
             sync_errors,
+            agent_head,
         })
     }
 
@@ -139,15 +148,16 @@ impl<R: Runtime> Engine<R> {
         let record = self.reviewable(name)?;
         let sync_error = self.sync_for_review(&record).await.err().map(|e| e.to_string());
         let ws = record.workspace.clone();
-        let (start, commits) = super::blocking(move || {
+        let (start, commits, agent_head) = super::blocking(move || {
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             review::in_memory(&repo)?;
             let work = review.work(&repo)?;
-            Ok((work.start.to_string(), review.commits(&repo, &work)?))
+            let agent_head = review.detached_head(&repo).ok().flatten();
+            Ok((work.start.to_string(), review.commits(&repo, &work)?, agent_head))
         })
         .await?;
-        Ok(LogReport { sandbox: name.to_string(), start, commits, sync_error })
+        Ok(LogReport { sandbox: name.to_string(), start, commits, sync_error, agent_head })
     }
 
     /// Syncs, then works out how `merge` would land the work (writing the

@@ -81,6 +81,18 @@ pub enum Synced {
     Jj(jj::JjSync),
 }
 
+/// Where a sandbox's work started: the commit (jj: commits) it is reviewed
+/// against, and the branch (jj: bookmark) it lands on. An archive keeps it,
+/// so that `restore --up` makes a sandbox whose `diff`, `log`, `merge` and
+/// `list` show the restored work, not an empty change from the archive's tip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Base {
+    pub commits: Vec<String>,
+    /// git: the full ref (`refs/heads/main`); jj: the bookmark's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
+}
+
 /// What `status` tells of a workspace with history.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkspaceStatus {
@@ -118,6 +130,10 @@ pub trait Workspace: Send + Sync {
     }
     /// The user's repository (its top directory), as archives name it.
     fn repository(&self) -> Option<&Path> {
+        None
+    }
+    /// Where the work started, as archives keep it (`None`: no history).
+    fn base(&self) -> Option<Base> {
         None
     }
     /// Made by an older forage, which shared the repository with the agent.

@@ -156,6 +156,7 @@ mod tests {
             base: "0".repeat(40),
             base_ref: None,
             private: None,
+            start: None,
         });
         let mut reach = AgentReach::default();
         reach.add("b", &ws, []);

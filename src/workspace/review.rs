@@ -79,6 +79,24 @@ pub trait Review {
     /// the user's own checkout; refused, changing nothing, where it does not
     /// apply cleanly. Returns the paths it changed.
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>>;
+    /// git: the agent's HEAD, when it is not on the sandbox's branch (whose
+    /// work alone the review commands show).
+    fn detached_head(&self, _repo: &Repository) -> Result<Option<DetachedHead>> {
+        Ok(None)
+    }
+}
+
+/// The agent's HEAD when it is detached (git): the commit it is at, and the
+/// commits it reaches that the host has not got (read as the import reads
+/// them, writing nothing), which `sync` does not bring and `down` archives.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetachedHead {
+    /// The sandbox's branch, which the HEAD is not on.
+    pub branch: String,
+    pub commit: String,
+    pub summary: String,
+    /// Commits at the detached HEAD not in the user's repository, newest first.
+    pub unsynced: Vec<String>,
 }
 
 /// Backs `repo`'s object store with memory for what is written through this

@@ -25,5 +25,6 @@ mod jj;
 mod jj_isolation;
 mod output;
 mod reset;
+mod restore_review;
 mod review;
 mod templates;

@@ -121,6 +121,22 @@ pub struct JjWorkspace {
     /// private repository, so that `create` need not run jj again for them.
     #[serde(skip)]
     pub bookmarks_seen: Option<BTreeMap<String, Oid>>,
+    /// Set when `restore --up` made the sandbox on archived work (its `base`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<RestoredWork>,
+}
+
+/// The archived work a restored jj sandbox starts on. Its first change sits
+/// on the archive, so jj inside counts only what the agent does from there
+/// (and the archived commits, its previous life's, never get the new
+/// sandbox's bookmark or count as its own: `ownership`); but its work is
+/// reviewed, counted and landed from where the archived sandbox started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoredWork {
+    /// The archived sandbox's base commits.
+    pub base: Vec<String>,
+    /// The changes the archive holds (as `down` counted them).
+    pub changes: usize,
 }
 
 /// Validated input for a new jj sandbox; nothing is created yet.
@@ -160,7 +176,7 @@ impl JjRequest {
         }
         let repo_dir = resolve_repo_dir(&root)?;
         let git_dir = git_store(&repo_dir)?;
-        let bookmark = format!("forage/{name}");
+        let bookmark = name.bookmark();
         let found = base_and_bookmarks(&root, base)?;
         if found.taken.contains(&bookmark) {
             return Err(Error::conflict(format!(
@@ -186,8 +202,21 @@ impl JjRequest {
                 base: found.base,
                 private: Some(private),
                 bookmarks_seen: Some(found.bookmarks),
+                restored: None,
             },
         })
+    }
+
+    /// The same request for `restore --up` on an archive of `changes`
+    /// changes, whose sandbox started at `base` (unknown for an older
+    /// forage's archive: the archive is then the base).
+    pub fn restored(mut self, base: Option<&super::Base>, changes: usize) -> Self {
+        if let Some(base) = base {
+            let ws = &mut self.workspace;
+            ws.restored = Some(RestoredWork { base: base.commits.clone(), changes });
+            ws.base_bookmark = base.on.clone().or(ws.base_bookmark.take());
+        }
+        self
     }
 }
 
@@ -780,6 +809,21 @@ impl JjWorkspace {
         Ok(out)
     }
 
+    /// Where the work is reviewed from: the base, or a restored sandbox's
+    /// archived sandbox's base.
+    pub fn review_base(&self) -> &[String] {
+        match &self.restored {
+            Some(r) if !r.base.is_empty() => &r.base,
+            _ => &self.base,
+        }
+    }
+
+    /// The agent's changes as of the last sync, and those of the archive a
+    /// restored sandbox started on.
+    fn changes(&self) -> usize {
+        self.last_sync().map_or(0, |s| s.changes) + self.restored.as_ref().map_or(0, |r| r.changes)
+    }
+
     /// The files the working-copy commit changes, from what the last sync brought.
     pub fn changed_files(&self) -> Result<Vec<String>> {
         let Some(sync) = self.last_sync() else { return Ok(Vec::new()) };
@@ -822,6 +866,10 @@ impl Workspace for JjWorkspace {
 
     fn repository(&self) -> Option<&Path> {
         Some(&self.repo)
+    }
+
+    fn base(&self) -> Option<super::Base> {
+        Some(super::Base { commits: self.review_base().to_vec(), on: self.base_bookmark.clone() })
     }
 
     fn is_legacy(&self) -> bool {
@@ -896,9 +944,9 @@ impl Workspace for JjWorkspace {
     fn status(&self) -> Result<Option<WorkspaceStatus>> {
         Ok(Some(WorkspaceStatus {
             branch: Workspace::branch(self).unwrap_or_default().to_owned(),
-            base: self.base.join(","),
+            base: self.review_base().join(","),
             base_ref: None,
-            ahead: self.last_sync().map(|s| s.changes).unwrap_or(0),
+            ahead: self.changes(),
             behind: 0,
             dirty: self.changed_files()?,
             not_archivable: Vec::new(),
@@ -917,8 +965,7 @@ impl Workspace for JjWorkspace {
         if self.is_legacy() {
             return None;
         }
-        let ahead = self.last_sync().map_or(0, |s| s.changes);
-        Some(super::WorkCounts { ahead, dirty: self.changed_files().ok()?.len() })
+        Some(super::WorkCounts { ahead: self.changes(), dirty: self.changed_files().ok()?.len() })
     }
 }
 

@@ -24,10 +24,11 @@ impl Review for JjWorkspace {
     }
 
     fn work(&self, repo: &Repository) -> Result<Work> {
-        let base = Oid::from_str(&self.base[0]).map_err(ws_err)?;
+        let first_change_on = Oid::from_str(&self.base[0]).map_err(ws_err)?;
+        let base = Oid::from_str(&self.review_base()[0]).map_err(ws_err)?;
         let wc = match self.last_sync() {
             Some(sync) => Oid::from_str(&sync.working_copy).map_err(ws_err)?,
-            None => base,
+            None => first_change_on,
         };
         // What the working copy sits on is committed; the working copy's own
         // change is what jj users call uncommitted.
