@@ -61,7 +61,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
 /// (a detached HEAD's, another branch's), each with the command that does.
 fn name_the_others(ctx: &Ctx, others: &[ArchiveEntry]) {
     for a in others {
-        let source = super::render::shown(a.source.as_deref().unwrap_or("other work"));
+        let source = a.source.as_deref().unwrap_or("other work");
         ctx.out.hint_run(
             &format!("the same down also archived the agent's {source} as {}: {{command}} restores it", a.refname),
             restore_args(&a.name, &a.refname),

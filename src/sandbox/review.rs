@@ -14,9 +14,10 @@ use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Runtime;
 use crate::store::Lock;
+use crate::workspace::jj::Divergent;
 use crate::workspace::reach::{self, AgentReach};
 use crate::workspace::review::{self, DetachedHead, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
-use crate::workspace::{Mode, WorkspaceRecord};
+use crate::workspace::{Mode, Synced, WorkspaceRecord};
 
 /// Which part of the work `diff` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -165,9 +166,13 @@ impl<R: Runtime> Engine<R> {
     pub async fn plan_merge(&self, name: &SandboxName, request: MergeRequest) -> Result<LandPlan> {
         let _lock = self.lock_sandbox(name).await?;
         let record = self.reviewable(name)?;
-        self.sync_for_review(&record).await.map_err(|e| {
+        let synced = self.sync_for_review(&record).await.map_err(|e| {
             Error::new(e.kind(), format!("merge lands only work a sync verified, and the sync failed: {e}"))
         })?;
+        let divergent = match synced {
+            Synced::Jj(sync) => sync.divergent,
+            Synced::Git(_) => Vec::new(),
+        };
         let _repo = self.lock_repo_of(&record).await?;
         let ws = record.workspace.clone();
         let name = name.clone();
@@ -192,8 +197,10 @@ impl<R: Runtime> Engine<R> {
             }
             review::plan(&repo, &name, &work, commits, &landing)
         })
-        .await?;
+        .await
+        .map_err(|e| explain_divergence(e, &record.name, &divergent))?;
         self.check_landing(&record, &mut plan).await?;
+        plan.divergent = divergent;
         Ok(plan)
     }
 
@@ -319,12 +326,12 @@ impl<R: Runtime> Engine<R> {
 
     /// `sync` of a sandbox whose lock the caller holds, with jj's snapshot
     /// taken inside (in a helper container when it is stopped).
-    async fn sync_for_review(&self, record: &Record) -> Result<()> {
+    async fn sync_for_review(&self, record: &Record) -> Result<Synced> {
         let inside = match self.run_inside_if_running(record, true).await {
             Some(inside) => Some(inside),
             None => self.run_inside_in_helper(record, true).await,
         };
-        self.sync_record(record, inside).await.map(|_| ())
+        self.sync_record(record, inside).await
     }
 
     /// The locks of one or two sandboxes, always taken in name order (so that
@@ -361,4 +368,20 @@ fn refuse_forage_target(target: &str, mode: Mode) -> Result<()> {
     Err(Error::usage(format!(
         "{target:?} is a {kind} of forage's (a sandbox's work or an archive); land the work on one of yours"
     )))
+}
+
+/// A merge that cannot be planned while a landed change was edited again
+/// (whose two versions conflict, as a rule): the error says that this is why,
+/// and how to resolve it.
+fn explain_divergence(mut e: Error, name: &SandboxName, divergent: &[Divergent]) -> Error {
+    for d in divergent {
+        e = e
+            .hint(d.describe())
+            .hint_run(
+                "keep the edit as a change of its own with {command}, then merge again",
+                d.keep_inside(name.as_str()),
+            )
+            .hint_run("or drop it with {command}", d.drop_inside(name.as_str()));
+    }
+    e
 }

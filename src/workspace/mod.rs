@@ -373,8 +373,9 @@ impl AtStake {
         self.commits.is_empty() && self.unsynced.is_empty() && self.files.is_empty()
     }
 
-    /// "2 commits (1a2b3c4d5e6f fix the parser; …), 1 commit not synced (…), 3 files (a, b, c)".
-    pub fn describe(&self) -> String {
+    /// "2 commits (1a2b3c4d5e6f fix the parser; …), 1 commit not synced (…), 3 files (a, b, c)";
+    /// in a jj sandbox's (`mode`), changes.
+    pub fn describe(&self, mode: Mode) -> String {
         let list = |items: &[String], one: &str, many: &str| {
             let shown: Vec<&str> = items.iter().take(10).map(String::as_str).collect();
             let more = if items.len() > 10 { format!("; and {} more", items.len() - 10) } else { String::new() };
@@ -382,7 +383,10 @@ impl AtStake {
         };
         let mut parts = Vec::new();
         if !self.commits.is_empty() {
-            parts.push(list(&self.commits, "commit", "commits"));
+            parts.push(match mode {
+                Mode::Jj => list(&self.commits, "change", "changes"),
+                _ => list(&self.commits, "commit", "commits"),
+            });
         }
         if !self.unsynced.is_empty() {
             parts.push(list(&self.unsynced, "commit not synced", "commits not synced"));

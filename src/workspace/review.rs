@@ -290,6 +290,13 @@ pub struct LandPlan {
     /// it and the caller checked it: `land` writes nowhere else.
     #[serde(skip)]
     pub checkout: Option<PathBuf>,
+    /// jj: the uncommitted files are the agent's working-copy change.
+    #[serde(skip)]
+    pub jj: bool,
+    /// jj: changes an earlier `merge` landed that the agent edited again
+    /// since (the sync before this plan found them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub divergent: Vec<crate::workspace::jj::Divergent>,
 }
 
 impl LandPlan {
@@ -414,6 +421,8 @@ pub fn plan(
         tree: work.current.to_string(),
         not_read: work.skipped.clone(),
         checkout: None,
+        jj: work.current_commit.is_some(),
+        divergent: Vec::new(),
     })
 }
 

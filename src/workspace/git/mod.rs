@@ -215,6 +215,9 @@ pub struct ArchiveOutcome {
     pub not_archived: Vec<NotArchived>,
     /// With `--discard`: what was thrown away instead.
     pub discarded: Option<AtStake>,
+    /// jj: changes `merge` landed that the agent edited again since, which
+    /// the user's jj shows as divergent.
+    pub divergent: Vec<super::jj::Divergent>,
 }
 
 /// Work `down` could not keep, and why.

@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::host_paths::Guard;
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
+pub use review::Divergent;
 pub use state::AgentState;
 
 /// Archive bookmarks: `forage/archive/<name>/<timestamp>`.
@@ -514,6 +515,11 @@ impl JjWorkspace {
             wanted.insert(name, *head);
         }
         self.point_bookmarks(&host, &wanted, &owned, false)?;
+        let agents: Vec<Oid> = state.commits.iter().map(|c| c.id).collect();
+        let divergent = self.divergent(&host, &agents).unwrap_or_else(|e| {
+            tracing::warn!("looking for landed changes the agent edited again: {e}");
+            Vec::new()
+        });
         let sync = JjSync {
             bookmark: self.bookmark.clone(),
             heads: heads.iter().map(Oid::to_string).collect(),
@@ -523,6 +529,7 @@ impl JjWorkspace {
             not_the_agents: foreign.iter().map(Oid::to_string).collect(),
             heads_left_out: left_out,
             jj_failed: None,
+            divergent,
         };
         if let Some(private) = &self.private {
             let json = serde_json::to_vec(&sync).map_err(ws_err)?;
@@ -647,23 +654,29 @@ impl JjWorkspace {
         let host = self.open_host()?;
         let last = self.last_sync();
         let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
-            self.bring_to_host(&state).map(|sync| (sync, jj_failed)).map_err(|e| e.to_string())
+            let work: Vec<Oid> = state.commits.iter().filter(|c| c.work).map(|c| c.id).collect();
+            self.bring_to_host(&state).map(|sync| (sync, jj_failed, work)).map_err(|e| e.to_string())
         });
-        let (heads, working_copy, since, changes) = match brought {
-            Ok((sync, jj_failed)) => {
+        let (heads, working_copy, since, work) = match brought {
+            Ok((sync, jj_failed, work)) => {
                 if let Some(why) = jj_failed {
                     out.not_archived.push(read_without_jj(why));
                 }
                 if sync.heads_left_out > 0 {
                     out.not_archived.push(heads_left_out(sync.heads_left_out));
                 }
-                (sync.heads, sync.working_copy, sync.since, sync.changes)
+                out.divergent = sync.divergent;
+                (sync.heads, sync.working_copy, sync.since, work)
             }
             Err(why) => {
                 out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
+                // As `stake` without jj's word: the heads the last sync brought.
                 match last {
-                    Some(s) => (s.heads, s.working_copy, s.since, s.changes),
-                    None => (Vec::new(), self.base[0].clone(), (0, 0), 0),
+                    Some(s) => {
+                        let work = s.heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
+                        (s.heads, s.working_copy, s.since, work)
+                    }
+                    None => (Vec::new(), self.base[0].clone(), (0, 0), Vec::new()),
                 }
             }
         };
@@ -671,7 +684,17 @@ impl JjWorkspace {
         // Work a bookmark of the user's holds (a `merge` landed it) needs no archive.
         let landed = self.landed_covers(Some(working_copy))?;
         // (jj is asked for the user's bookmarks only when there is work to check.)
-        let tips: Vec<Oid> = if heads.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
+        let tips: Vec<Oid> = if heads.is_empty() && work.is_empty() {
+            Vec::new()
+        } else {
+            self.user_bookmarks()?.into_values().collect()
+        };
+        // The changes counted as `stake` (`down --dry-run`) counts them: the
+        // agent's work that no bookmark of the user's holds.
+        let changes = match landed {
+            true => 0,
+            false => work.len() - reached_from(&host, &work, &tips)?.len(),
+        };
         let mut heads: Vec<Oid> = heads
             .iter()
             .filter_map(|h| Oid::from_str(h).ok())
@@ -1042,6 +1065,10 @@ pub struct JjSync {
     /// were read from its repository instead (`state_from_store`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jj_failed: Option<String>,
+    /// Changes `merge` landed that the agent edited again since: divergent
+    /// in the user's jj.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub divergent: Vec<Divergent>,
 }
 
 fn is_zero(n: &usize) -> bool {
