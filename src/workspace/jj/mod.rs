@@ -652,34 +652,7 @@ impl JjWorkspace {
             return Ok(out);
         }
         let host = self.open_host()?;
-        let last = self.last_sync();
-        let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
-            let work: Vec<Oid> = state.commits.iter().filter(|c| c.work).map(|c| c.id).collect();
-            self.bring_to_host(&state).map(|sync| (sync, jj_failed, work)).map_err(|e| e.to_string())
-        });
-        let (heads, working_copy, since, work) = match brought {
-            Ok((sync, jj_failed, work)) => {
-                if let Some(why) = jj_failed {
-                    out.not_archived.push(read_without_jj(why));
-                }
-                if sync.heads_left_out > 0 {
-                    out.not_archived.push(heads_left_out(sync.heads_left_out));
-                }
-                out.divergent = sync.divergent;
-                (sync.heads, sync.working_copy, sync.since, work)
-            }
-            Err(why) => {
-                out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
-                // As `stake` without jj's word: the heads the last sync brought.
-                match last {
-                    Some(s) => {
-                        let work = s.heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
-                        (s.heads, s.working_copy, s.since, work)
-                    }
-                    None => (Vec::new(), self.base[0].clone(), (0, 0), Vec::new()),
-                }
-            }
-        };
+        let ToArchive { heads, working_copy, since, work } = self.work_to_archive(state, &mut out);
         let working_copy = Oid::from_str(&working_copy).map_err(ws_err)?;
         // Work a bookmark of the user's holds (a `merge` landed it) needs no archive.
         let landed = self.landed_covers(Some(working_copy))?;
@@ -723,6 +696,44 @@ impl JjWorkspace {
             out.archived.push(Archived { refname, commit: commit.to_string(), commits, dirty_files: dirty, source });
         }
         Ok(out)
+    }
+
+    /// The agent's work as `archive_work` takes it: what jj inside said
+    /// (`state`), brought to the repository; or, when that failed (said in
+    /// `out`), what the last sync brought, as `stake` takes it without jj.
+    fn work_to_archive(&self, state: std::result::Result<AgentState, String>, out: &mut ArchiveOutcome) -> ToArchive {
+        let last = self.last_sync();
+        let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
+            let work: Vec<Oid> = state.commits.iter().filter(|c| c.work).map(|c| c.id).collect();
+            self.bring_to_host(&state).map(|sync| (sync, jj_failed, work)).map_err(|e| e.to_string())
+        });
+        match brought {
+            Ok((sync, jj_failed, work)) => {
+                if let Some(why) = jj_failed {
+                    out.not_archived.push(read_without_jj(why));
+                }
+                if sync.heads_left_out > 0 {
+                    out.not_archived.push(heads_left_out(sync.heads_left_out));
+                }
+                out.divergent = sync.divergent;
+                ToArchive { heads: sync.heads, working_copy: sync.working_copy, since: sync.since, work }
+            }
+            Err(why) => {
+                out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
+                match last {
+                    Some(s) => {
+                        let work = s.heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
+                        ToArchive { heads: s.heads, working_copy: s.working_copy, since: s.since, work }
+                    }
+                    None => ToArchive {
+                        heads: Vec::new(),
+                        working_copy: self.base[0].clone(),
+                        since: (0, 0),
+                        work: Vec::new(),
+                    },
+                }
+            }
+        }
     }
 
     /// What `down` says of an older forage's jj workspace, which it leaves alone.
@@ -1032,6 +1043,17 @@ fn heads_left_out(n: usize) -> NotArchived {
             "forage keeps at most {MAX_HEADS} heads of a sandbox's (the working copy's first, then the newest)"
         ),
     }
+}
+
+/// The agent's work `down` archives (see `work_to_archive`).
+struct ToArchive {
+    /// Its heads (commit ids), the working copy's first.
+    heads: Vec<String>,
+    working_copy: String,
+    /// When jj snapshotted the working copy.
+    since: (i64, i64),
+    /// Its changes that are work (not empty and undescribed).
+    work: Vec<Oid>,
 }
 
 /// The files of a workspace that jj's snapshot had not seen, as a commit.
