@@ -126,20 +126,21 @@ fn place_of(refname: &str) -> Option<&str> {
 }
 
 /// What `restore` names the branch (jj: bookmark) it makes of an archive by
-/// default: the name the work had in the live sandbox — branch
-/// `forage-NAME` (jj: bookmark `forage/NAME`, and a further head's
-/// `forage-heads/NAME/N`) — or, for work found elsewhere in a git sandbox,
-/// `forage-NAME-<place>`, so that every archive of one `down` can be restored
-/// side by side.
+/// default: the name the sandbox's work has in a live sandbox, branch
+/// `forage-NAME` (jj: bookmark `forage/NAME`); for work found elsewhere (a
+/// detached HEAD, another branch; jj: a further head), that name and the
+/// place (`forage-NAME-head`, `forage/NAME-head-2`), so that every archive of
+/// one `down` can be restored side by side. (Not jj's live
+/// `forage-heads/NAME/N`: a new sandbox NAME's sync owns those, and would
+/// delete a restored one.)
 pub fn restore_name(name: &SandboxName, mode: Mode, refname: &str) -> String {
-    match (mode, place_of(refname)) {
-        (Mode::Jj, None) => name.bookmark(),
-        (Mode::Jj, Some(place)) => match place.strip_prefix("head-") {
-            Some(n) => format!("forage-heads/{name}/{n}"),
-            None => format!("{}-{place}", name.bookmark()),
-        },
-        (_, None) => name.branch(),
-        (_, Some(place)) => format!("{}-{place}", name.branch()),
+    let live = match mode {
+        Mode::Jj => name.bookmark(),
+        _ => name.branch(),
+    };
+    match place_of(refname) {
+        None => live,
+        Some(place) => format!("{live}-{place}"),
     }
 }
 
@@ -177,7 +178,7 @@ mod tests {
         assert_eq!(git("refs/forage/archive/x/20261125T182101Z-head"), "forage-x-head");
         assert_eq!(git("refs/forage/archive/x/20261125T182101Z-branch-feature"), "forage-x-branch-feature");
         assert_eq!(jj("forage/archive/x/20261125T182101Z"), "forage/x");
-        assert_eq!(jj("forage/archive/x/20261125T182101Z-head-2"), "forage-heads/x/2");
+        assert_eq!(jj("forage/archive/x/20261125T182101Z-head-2"), "forage/x-head-2");
         assert_eq!(stamp_of("forage/archive/x/20261125T182101Z-head-2"), "20261125T182101Z");
         assert_eq!(archive_id("refs/forage/archive/x/20261125T182101Z-head"), "20261125T182101Z-head");
     }
