@@ -11,7 +11,7 @@ use crate::workspace::Mode;
 pub struct RestoreArgs {
     /// The sandbox whose archived work to bring back.
     pub name: SandboxName,
-    /// Which archive: its ref or its timestamp (default: the newest).
+    /// Which archive: its ref, or its last part as `down` names it (default: the newest).
     #[arg(long, value_name = "REF")]
     pub archive: Option<String>,
     /// The branch to create (default: forage-NAME; jj: bookmark forage/NAME).
