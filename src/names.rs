@@ -57,6 +57,11 @@ impl SandboxName {
     pub fn review_branch(&self) -> String {
         format!("review/{}", self.0)
     }
+
+    /// A jj sandbox's bookmark: `forage/<name>`.
+    pub fn bookmark(&self) -> String {
+        format!("forage/{}", self.0)
+    }
 }
 
 impl FromStr for SandboxName {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::names::SandboxName;
 use crate::runtime::Network;
 use crate::template::Memory;
-use crate::workspace::{Mode, Part, WorkspaceRecord};
+use crate::workspace::{Base, Mode, Part, WorkspaceRecord};
 
 /// 2: git and jj sandboxes have a private repository (version 1 records load as
 /// sandboxes of an older forage).
@@ -188,4 +188,14 @@ pub struct ArchiveEntry {
     /// branch had; unknown in older indexes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commits: Option<usize>,
+    /// Where the sandbox's work started, so that a sandbox `restore --up`
+    /// makes on the archive reviews and lands the same work; unknown in
+    /// older indexes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<Base>,
+    /// Where in the agent's repository the work was when it was not on the
+    /// sandbox's branch: "detached HEAD", "branch NAME", "stash@{N}" (jj:
+    /// "head N").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }

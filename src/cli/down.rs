@@ -3,7 +3,7 @@ use clap::Args;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::sandbox::{DownOptions, DownReport, PlannedDown, SandboxState};
+use crate::sandbox::{restore_args, DownOptions, DownReport, PlannedDown, SandboxState};
 use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
@@ -51,6 +51,7 @@ pub async fn run(ctx: &Ctx, args: DownArgs) -> Result<i32> {
                 for n in &report.not_archived {
                     ctx.out.warn(format!("sandbox {}: not archived: {}: {}", report.name, n.source, n.why));
                 }
+                super::sync::warn_divergent(ctx, report.name.as_str(), &report.divergent, false);
                 if !ctx.out.json_wanted() {
                     print_report(ctx, &report);
                 }
@@ -120,8 +121,15 @@ fn print_report(ctx: &Ctx, r: &DownReport) {
             &a.commit[..a.commit.len().min(12)]
         ));
     }
-    if r.archived.is_some() || !r.archived_elsewhere.is_empty() {
-        ctx.out.hint_run("restore it with {command}", ["restore", name.as_str()]);
+    // One command per archive: each brings back its own work, under a name
+    // of its own (`sandbox::archives::restore_name`).
+    if let Some(a) = &r.archived {
+        let what = if r.archived_elsewhere.is_empty() { "it" } else { "the sandbox's work" };
+        ctx.out.hint_run(&format!("restore {what} with {{command}}"), restore_args(name, &a.refname));
+    }
+    for a in &r.archived_elsewhere {
+        let source = a.source.as_deref().unwrap_or("work found elsewhere");
+        ctx.out.hint_run(&format!("restore the agent's {source} with {{command}}"), restore_args(name, &a.refname));
     }
 }
 
@@ -135,13 +143,14 @@ fn print_plan(ctx: &Ctx, plan: &[PlannedDown], discard: bool) {
             ctx.out.data(format!("would remove container {} of sandbox {} (it has no record)", p.container, p.name));
             continue;
         }
-        let kind = if p.mode == Some(Mode::Jj) { "bookmark" } else { "branch" };
+        let mode = p.mode.unwrap_or(Mode::GitWorktree);
+        let kind = if mode == Mode::Jj { "bookmark" } else { "branch" };
         let branch = p.branch.as_deref().map(|b| format!(", {kind} {b}")).unwrap_or_default();
         ctx.out.data(format!("would remove sandbox {} (container {}{branch})", p.name, p.container));
         match (&p.at_stake, discard) {
             (Some(s), _) if s.is_empty() => ctx.out.data("  nothing of the agent's to archive"),
-            (Some(s), false) => ctx.out.data(format!("  would archive {}", s.describe())),
-            (Some(s), true) => ctx.out.data(format!("  would throw away {}", s.describe())),
+            (Some(s), false) => ctx.out.data(format!("  would archive {}", s.describe(mode))),
+            (Some(s), true) => ctx.out.data(format!("  would throw away {}", s.describe(mode))),
             (None, _) => {}
         }
     }

@@ -3,7 +3,8 @@ use clap::Args;
 use super::Ctx;
 use crate::error::Result;
 use crate::names::SandboxName;
-use crate::sandbox::Restored;
+use crate::record::ArchiveEntry;
+use crate::sandbox::{restore_args, Restored};
 use crate::workspace::Mode;
 
 #[derive(Debug, Args)]
@@ -11,10 +12,10 @@ pub struct RestoreArgs {
     /// The sandbox whose archived work to bring back.
     #[arg(add = super::complete::archived())]
     pub name: SandboxName,
-    /// Which archive: its ref or its timestamp (default: the newest).
+    /// Which archive: its ref, or its last part as `down` names it (default: the newest).
     #[arg(long, value_name = "REF")]
     pub archive: Option<String>,
-    /// The branch to create (default: forage-NAME).
+    /// The branch to create (default: forage-NAME; jj: bookmark forage/NAME).
     #[arg(long)]
     pub branch: Option<String>,
     /// Also bring the sandbox up again on that branch, with the archive's template.
@@ -33,10 +34,16 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
     let restored =
         engine.restore(&args.name, args.archive.as_deref(), args.branch.as_deref(), args.up, &args.secrets).await?;
     engine.progress.finish();
+    if ctx.out.json_wanted() {
+        ctx.out.json(&restored)?;
+        return Ok(0);
+    }
     match &restored {
-        Restored::Sandbox { record, .. } if !ctx.out.json_wanted() => super::up::report(ctx, record, true)?,
-        _ if ctx.out.json_wanted() => ctx.out.json(&restored)?,
-        Restored::Branch { archive, branch } => {
+        Restored::Sandbox { record, also_archived, .. } => {
+            super::up::report(ctx, record, true)?;
+            name_the_others(ctx, also_archived);
+        }
+        Restored::Branch { archive, branch, also_archived } => {
             let what = if archive.mode == Mode::Jj { "bookmark" } else { "branch" };
             ctx.out.data(format!("restored {} as {what} {branch} in {}", archive.refname, archive.repo.display()));
             // Unknown for archives of an older forage: said, in case.
@@ -45,8 +52,20 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
                     "the uncommitted files came back as a commit on top; `git reset HEAD~1` on the branch un-commits them",
                 );
             }
+            name_the_others(ctx, also_archived);
         }
-        Restored::Sandbox { .. } => {}
     }
     Ok(0)
+}
+
+/// The archives the same `down` made that this `restore` did not bring back
+/// (a detached HEAD's, another branch's), each with the command that does.
+fn name_the_others(ctx: &Ctx, others: &[ArchiveEntry]) {
+    for a in others {
+        let source = a.source.as_deref().unwrap_or("other work");
+        ctx.out.hint_run(
+            &format!("the same down also archived the agent's {source} as {}: {{command}} restores it", a.refname),
+            restore_args(&a.name, &a.refname),
+        );
+    }
 }

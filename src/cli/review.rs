@@ -9,7 +9,7 @@ use super::{pager, Ctx};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::sandbox::{DiffPart, DiffReport, MergeRequest};
-use crate::workspace::review::{FileChange, LandHow, LandPlan};
+use crate::workspace::review::{DetachedHead, FileChange, LandHow, LandPlan};
 
 #[derive(Debug, Args)]
 pub struct DiffArgs {
@@ -70,7 +70,7 @@ pub struct MergeArgs {
     /// With --squash: the commit's message (default: made from the agent's).
     #[arg(short, long, requires = "squash")]
     pub message: Option<String>,
-    /// Land uncommitted files too without asking.
+    /// Land uncommitted files (jj: the working-copy change) too without asking.
     #[arg(short, long)]
     pub yes: bool,
     /// Say what would land, and change nothing.
@@ -101,6 +101,9 @@ pub async fn diff(ctx: &Ctx, args: DiffArgs) -> Result<i32> {
     }
     for s in &report.skipped {
         ctx.out.warn(format!("not read, taken as committed: {s}"));
+    }
+    if let Some(head) = &report.agent_head {
+        say_detached(ctx, &args.name, head, "diff");
     }
     if ctx.out.json_wanted() {
         return ctx.out.json(&report).map(|()| 0);
@@ -199,6 +202,9 @@ pub async fn log(ctx: &Ctx, args: LogArgs) -> Result<i32> {
     if let Some(e) = &report.sync_error {
         ctx.out.warn(format!("the sync failed, so this shows what the host had: {e}"));
     }
+    if let Some(head) = &report.agent_head {
+        say_detached(ctx, &args.name, head, "log");
+    }
     if ctx.out.json_wanted() {
         return ctx.out.json(&report).map(|()| 0);
     }
@@ -217,6 +223,37 @@ pub async fn log(ctx: &Ctx, args: LogArgs) -> Result<i32> {
     }
     pager::show(ctx, &text, !args.no_pager)?;
     Ok(0)
+}
+
+/// The agent's HEAD is detached: its commit, and those there the branch
+/// (which alone `diff`, `log` and `merge` show) does not hold.
+fn say_detached(ctx: &Ctx, name: &SandboxName, head: &DetachedHead, command: &str) {
+    let summary = if head.summary.is_empty() { "(no message)" } else { &head.summary };
+    let shows = match command {
+        "log" => "log lists the branch's commits only",
+        _ => "diff compares the files with the branch, so what the detached commits changed shows as uncommitted",
+    };
+    ctx.out.warn(format!(
+        "the agent's HEAD is detached at {} {}, not on branch {}: {shows}",
+        &head.commit[..head.commit.len().min(12)],
+        summary,
+        head.branch
+    ));
+    if !head.unsynced.is_empty() {
+        let n = head.unsynced.len();
+        let shown_commits: Vec<&str> = head.unsynced.iter().take(10).map(String::as_str).collect();
+        ctx.out.warn(format!(
+            "{n} commit{} there on no branch of yours ({}{}): `down` archives {}",
+            if n == 1 { "" } else { "s" },
+            shown_commits.join("; "),
+            if n > 10 { format!("; and {} more", n - 10) } else { String::new() },
+            if n == 1 { "it" } else { "them" }
+        ));
+    }
+    ctx.out.hint_run(
+        "{command} puts its HEAD back on the branch (then `git merge` or `git cherry-pick` the detached commits there)",
+        ["exec", name.as_str(), "--", "git", "-C", "/workspace", "switch", head.branch.as_str()],
+    );
 }
 
 pub async fn merge(ctx: &Ctx, args: MergeArgs) -> Result<i32> {
@@ -246,12 +283,12 @@ pub async fn merge(ctx: &Ctx, args: MergeArgs) -> Result<i32> {
 /// `--yes` otherwise.
 fn confirm_uncommitted(ctx: &Ctx, plan: &LandPlan) -> Result<()> {
     let files: Vec<String> = plan.uncommitted.iter().map(|f| shown(f)).collect();
-    let what =
-        format!("{} uncommitted file{} ({})", files.len(), if files.len() == 1 { "" } else { "s" }, files.join(", "));
+    let what = uncommitted_words(plan, &files.join(", "));
     if !std::io::stdin().is_terminal() || ctx.out.json_wanted() {
         return Err(Error::usage(format!("sandbox {} has {what}, which would land too; pass --yes", plan.sandbox)));
     }
-    let question = format!("sandbox {} has {what}; land them on {} too? [y/N] ", plan.sandbox, plan.target);
+    let them = if plan.jj { "it" } else { "them" };
+    let question = format!("sandbox {} has {what}; land {them} on {} too? [y/N] ", plan.sandbox, plan.target);
     if ctx.out.ask(&question) {
         Ok(())
     } else {
@@ -259,10 +296,22 @@ fn confirm_uncommitted(ctx: &Ctx, plan: &LandPlan) -> Result<()> {
     }
 }
 
+/// The files a plan lands that the agent has not committed, in its VCS's
+/// words: git's uncommitted files, jj's working-copy change.
+fn uncommitted_words(plan: &LandPlan, files: &str) -> String {
+    let n = plan.uncommitted.len();
+    let s = if n == 1 { "" } else { "s" };
+    match plan.jj {
+        true => format!("a working-copy change ({n} file{s}: {files})"),
+        false => format!("{n} uncommitted file{s} ({files})"),
+    }
+}
+
 fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
     for s in &plan.not_read {
         ctx.out.warn(format!("not read, landed as committed: {s}"));
     }
+    super::sync::warn_divergent(ctx, &plan.sandbox, &plan.divergent, true);
     if ctx.out.json_wanted() {
         let mut json = serde_json::to_value(plan).map_err(Error::other)?;
         json["landed"] = (done && !plan.is_empty() && !plan.leaves_conflicts()).into();
@@ -283,16 +332,24 @@ fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
         (LandHow::Squash, false) => "one squashed commit".to_owned(),
         (LandHow::Rebase, false) => format!("{} commits copied", plan.commits.len()),
     };
+    let unit = if plan.jj { "change" } else { "commit" };
     let commits = match plan.commits.len() {
-        1 => "1 commit".to_owned(),
-        n => format!("{n} commits"),
+        1 => format!("1 {unit}"),
+        n => format!("{n} {unit}s"),
     };
-    let files = match plan.uncommitted.len() {
-        0 => String::new(),
-        1 => " and 1 uncommitted file".to_owned(),
-        n => format!(" and {n} uncommitted files"),
+    let files = match (plan.uncommitted.len(), plan.jj) {
+        (0, _) => String::new(),
+        (1, true) => " and the working-copy change (1 file)".to_owned(),
+        (n, true) => format!(" and the working-copy change ({n} files)"),
+        (1, false) => " and 1 uncommitted file".to_owned(),
+        (n, false) => format!(" and {n} uncommitted files"),
     };
     let verb = if done { "landed" } else { "would land" };
+    // Only the working-copy change (or only uncommitted files): no "0 commits and".
+    let (commits, files) = match (plan.commits.is_empty(), files.strip_prefix(" and ")) {
+        (true, Some(only)) => (only.to_owned(), String::new()),
+        _ => (commits, files),
+    };
     ctx.out.data(format!(
         "{verb} {commits}{files} of sandbox {} on {target} ({how}): {} -> {}",
         plan.sandbox,
@@ -301,6 +358,17 @@ fn report_plan(ctx: &Ctx, plan: &LandPlan, done: bool) -> Result<i32> {
     ));
     if done {
         ctx.out.hint_run("{command} now finds nothing of it to archive", ["down", plan.sandbox.as_str()]);
+        if plan.jj {
+            // The landed working-copy change is the agent's `@`: edited
+            // again, it would be a second version of a landed change.
+            if !plan.uncommitted.is_empty() {
+                ctx.out.hint_run(
+                    "{command} starts the agent's next change on top, so the landed one stays as it is",
+                    ["exec", plan.sandbox.as_str(), "--", "jj", "-R", "/workspace", "new"],
+                );
+            }
+            ctx.out.hint_text(&format!("`jj new {}` starts your next change on the landed work", plan.target));
+        }
     }
     Ok(0)
 }

@@ -1,7 +1,7 @@
 use super::{Ctx, NameArg};
 use crate::error::Result;
 use crate::workspace::git::SyncReport;
-use crate::workspace::jj::{JjSync, MAX_HEADS};
+use crate::workspace::jj::{Divergent, JjSync, MAX_HEADS};
 use crate::workspace::Synced;
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
@@ -54,10 +54,32 @@ fn print_jj(ctx: &Ctx, sync: &JjSync) {
             sync.heads_left_out
         ));
     }
+    let sandbox = sync.bookmark.strip_prefix("forage/").unwrap_or(&sync.bookmark);
+    warn_divergent(ctx, sandbox, &sync.divergent, true);
     for id in &sync.not_the_agents {
         ctx.out.warn(format!(
             "jj inside the sandbox named your repository's commit {} as the agent's work; it got no bookmark",
             short(id)
         ));
+    }
+}
+
+/// Changes a `merge` landed that the agent edited again since, which the
+/// user's jj shows as divergent: each named, with the two ways out. While
+/// the sandbox is up (`live`) the fix is made inside it, where the edit
+/// lives (a fix in the user's repository would come back at the next sync);
+/// after `down`, in the user's repository.
+pub(super) fn warn_divergent(ctx: &Ctx, name: &str, divergent: &[Divergent], live: bool) {
+    for d in divergent {
+        ctx.out.warn(d.describe());
+        if live {
+            ctx.out.hint_run("keep the edit as a change of its own with {command}, then sync", d.keep_inside(name));
+            ctx.out.hint_run("or drop it with {command}", d.drop_inside(name));
+        } else {
+            let edited = short(&d.edited);
+            ctx.out.hint_text(&format!(
+                "keep the edit as a change of its own with `jj metaedit --update-change-id -r {edited}`, or drop it with `jj abandon {edited}`"
+            ));
+        }
     }
 }

@@ -13,6 +13,7 @@ use crate::names::SandboxName;
 use crate::record::{ArchiveEntry, Record, RecordState, Step};
 use crate::runtime::Runtime;
 use crate::workspace::git::{ArchiveOutcome, Archived, NotArchived};
+use crate::workspace::jj::Divergent;
 use crate::workspace::{AtStake, Inside, Mode, Scope};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,6 +50,10 @@ pub struct DownReport {
     /// With `--discard`: what was thrown away (said before it was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discarded: Option<AtStake>,
+    /// jj: changes `merge` landed that the agent edited again since, which
+    /// the user's jj now shows as divergent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub divergent: Vec<Divergent>,
 }
 
 /// What `down` would do to one sandbox (`down --dry-run`).
@@ -90,7 +95,7 @@ impl<R: Runtime> Engine<R> {
         let how = Teardown { graceful: !discards_everything, keep_branch: opts.keep_branch, discard: opts.discard };
         let verb = if discards_everything { "removing" } else { "stopping" };
         self.step(&format!("{verb} container {}", record.container));
-        let ArchiveOutcome { archived: mut archived_elsewhere, not_archived, discarded } =
+        let ArchiveOutcome { archived: mut archived_elsewhere, not_archived, discarded, divergent } =
             self.teardown(&record, how).await?;
         // The branch's own archive comes last; the others hold work found elsewhere.
         let archived = match archived_elsewhere.last() {
@@ -110,6 +115,7 @@ impl<R: Runtime> Engine<R> {
             archived_elsewhere,
             not_archived,
             discarded,
+            divergent,
         })
     }
 
@@ -130,6 +136,7 @@ impl<R: Runtime> Engine<R> {
             archived_elsewhere: Vec::new(),
             not_archived: Vec::new(),
             discarded: None,
+            divergent: Vec::new(),
         })
     }
 
@@ -214,7 +221,11 @@ impl<R: Runtime> Engine<R> {
         let mut outcome = ArchiveOutcome::default();
         match stake {
             Ok(Some(s)) if !s.is_empty() => {
-                self.progress.warn(&format!("sandbox {}: throwing away {}", record.name, s.describe()));
+                self.progress.warn(&format!(
+                    "sandbox {}: throwing away {}",
+                    record.name,
+                    s.describe(record.workspace.mode())
+                ));
                 outcome.discarded = Some(s);
             }
             Ok(_) => {}
@@ -251,6 +262,8 @@ impl<R: Runtime> Engine<R> {
                 archived_at: now(),
                 uncommitted_files: Some(a.dirty_files.len()),
                 commits: Some(a.commits),
+                base: ws.base(),
+                source: a.source.clone(),
             })?;
         }
         Ok(outcome)

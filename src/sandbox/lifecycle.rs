@@ -16,9 +16,14 @@ use crate::workspace::{git, Mode};
 #[serde(tag = "restored", rename_all = "kebab-case")]
 pub enum Restored {
     /// The archive as a branch (git) or bookmark (jj) of its repository.
-    Branch { archive: ArchiveEntry, branch: String },
+    Branch {
+        archive: ArchiveEntry,
+        branch: String,
+        /// The other archives of the same `down`, not restored.
+        also_archived: Vec<ArchiveEntry>,
+    },
     /// And a sandbox on it.
-    Sandbox { archive: ArchiveEntry, record: Box<Record> },
+    Sandbox { archive: ArchiveEntry, record: Box<Record>, also_archived: Vec<ArchiveEntry> },
 }
 
 impl<R: Runtime> Engine<R> {
@@ -41,9 +46,9 @@ impl<R: Runtime> Engine<R> {
         })
     }
 
-    /// Brings archived work back: as a branch (default `forage-<name>`) at the
-    /// archive commit, or with `up` as a sandbox on it, given the `secrets`
-    /// (`NAME=FILE`) its template needs.
+    /// Brings archived work back: as a branch (default `forage-<name>`; jj: a
+    /// bookmark, default `forage/<name>`) at the archive commit, or with `up`
+    /// as a sandbox on it, given the `secrets` (`NAME=FILE`) its template needs.
     pub async fn restore(
         &self,
         name: &SandboxName,
@@ -56,14 +61,17 @@ impl<R: Runtime> Engine<R> {
         if entry.mode == Mode::Jj && up && branch.is_some() {
             return Err(Error::usage("--branch with --up is for git; a jj sandbox's bookmark is always forage/NAME"));
         }
-        let branch = branch.map(str::to_owned).unwrap_or_else(|| name.branch());
+        let branch = branch
+            .map(str::to_owned)
+            .unwrap_or_else(|| super::archives::restore_name(name, entry.mode, &entry.refname));
+        let also_archived = self.archived_with(&entry)?;
         if !up {
             self.restore_branch(&entry, &branch).await?;
-            return Ok(Restored::Branch { archive: entry, branch });
+            return Ok(Restored::Branch { archive: entry, branch, also_archived });
         }
         let request = self.prepare_restore_up(name.clone(), &entry, &branch, secrets)?;
         let record = self.up(request).await?;
-        Ok(Restored::Sandbox { archive: entry, record: Box::new(record) })
+        Ok(Restored::Sandbox { archive: entry, record: Box::new(record), also_archived })
     }
 
     /// Brings archived work back as a branch at the archive commit (the one

@@ -26,7 +26,7 @@ mod up;
 mod update;
 mod wait;
 
-pub use archives::{PruneOutcome, Pruned};
+pub use archives::{restore_args, PruneOutcome, Pruned};
 pub use checkout::CheckedOut;
 pub(crate) use down::Teardown;
 pub use down::{DownOptions, DownReport, PlannedDown};

@@ -174,18 +174,19 @@ impl<R: Runtime> Engine<R> {
         super::ensure_name_free(&self.home, &name)?;
         let path = self.home.workspaces_dir().join(name.as_str());
         let private = self.home.private_dir_of(&name);
+        // The archived sandbox's base, where the index says (an older one's
+        // does not: the archive is then the base, and its work reviews empty).
+        let base = entry.base.as_ref().filter(|b| !b.commits.is_empty());
         let workspace = match entry.mode {
-            Mode::Jj => {
-                WorkspaceRequest::Jj(JjRequest::validate(&entry.repo, Some(&entry.commit), &name, path, private)?)
+            Mode::Jj => WorkspaceRequest::Jj(
+                JjRequest::validate(&entry.repo, Some(&entry.commit), &name, path, private)?
+                    .restored(base, entry.commits.unwrap_or(0)),
+            ),
+            _ => {
+                let from = base.map_or(entry.commit.as_str(), |b| b.commits[0].as_str());
+                let request = GitRequest::validate(&entry.repo, Some(from), Some(branch), &name, path, private)?;
+                WorkspaceRequest::GitWorktree(request.starting_at(&entry.commit, base.and_then(|b| b.on.clone()))?)
             }
-            _ => WorkspaceRequest::GitWorktree(GitRequest::validate(
-                &entry.repo,
-                Some(&entry.commit),
-                Some(branch),
-                &name,
-                path,
-                private,
-            )?),
         };
         let template = self.templates().resolve(&entry.template)?;
         let options = UpOptions { secrets: self.secret_files(secrets)?, ..UpOptions::default() };

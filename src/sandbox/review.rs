@@ -15,9 +15,10 @@ use crate::record::Record;
 use crate::runtime::Runtime;
 use crate::store::Lock;
 use crate::workspace::conflicts::Aborted;
+use crate::workspace::jj::Divergent;
 use crate::workspace::reach::{self, AgentReach};
-use crate::workspace::review::{self, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
-use crate::workspace::{Mode, WorkspaceRecord};
+use crate::workspace::review::{self, DetachedHead, FileChange, LandHow, LandPlan, Landed, Landing, LogEntry, Review};
+use crate::workspace::{Mode, Synced, WorkspaceRecord};
 
 /// Which part of the work `diff` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +48,10 @@ pub struct DiffReport {
     /// Why the sync before it failed: the diff then shows what the host had.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sync_errors: Vec<String>,
+    /// git: the agent's HEAD, when it is detached (its commits there are
+    /// not on the sandbox's branch, so not in this diff).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_head: Option<DetachedHead>,
 }
 
 /// What `log` found.
@@ -57,6 +62,9 @@ pub struct LogReport {
     pub commits: Vec<LogEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_error: Option<String>,
+    /// git: the agent's HEAD, when it is detached (see `DiffReport`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_head: Option<DetachedHead>,
 }
 
 /// Where and how `merge` lands the work.
@@ -108,11 +116,12 @@ impl<R: Runtime> Engine<R> {
         // Two sandboxes' files: the patches' headers name them, not git's a/ and b/.
         let prefixes = other.map(|o| (format!("{name}/"), format!("{o}/")));
         let (ws, other_ws) = (record.workspace.clone(), other_record.map(|r| r.workspace));
-        let (start, files, skipped) = super::blocking(move || {
+        let (start, files, skipped, agent_head) = super::blocking(move || {
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             review::in_memory(&repo)?;
             let work = review.work(&repo)?;
+            let agent_head = review.detached_head(&repo).ok().flatten();
             let mut skipped = work.skipped.clone();
             let (old, new) = match &other_ws {
                 Some(o) => {
@@ -130,7 +139,7 @@ impl<R: Runtime> Engine<R> {
                 Some((a, b)) => review::diff_between(&repo, Some(old), Some(new), (a, b))?,
                 None => review::diff(&repo, Some(old), Some(new))?,
             };
-            Ok((work.start.to_string(), files, skipped))
+            Ok((work.start.to_string(), files, skipped, agent_head))
         })
         .await?;
         Ok(DiffReport {
@@ -140,6 +149,7 @@ impl<R: Runtime> Engine<R> {
             files,
             skipped,
             sync_errors,
+            agent_head,
         })
     }
 
@@ -149,15 +159,16 @@ impl<R: Runtime> Engine<R> {
         let record = self.reviewable(name)?;
         let sync_error = self.sync_for_review(&record).await.err().map(|e| e.to_string());
         let ws = record.workspace.clone();
-        let (start, commits) = super::blocking(move || {
+        let (start, commits, agent_head) = super::blocking(move || {
             let review = reviewer(&ws)?;
             let repo = review.repository()?;
             review::in_memory(&repo)?;
             let work = review.work(&repo)?;
-            Ok((work.start.to_string(), review.commits(&repo, &work)?))
+            let agent_head = review.detached_head(&repo).ok().flatten();
+            Ok((work.start.to_string(), review.commits(&repo, &work)?, agent_head))
         })
         .await?;
-        Ok(LogReport { sandbox: name.to_string(), start, commits, sync_error })
+        Ok(LogReport { sandbox: name.to_string(), start, commits, sync_error, agent_head })
     }
 
     /// Syncs, then works out how `merge` would land the work (writing the
@@ -165,9 +176,13 @@ impl<R: Runtime> Engine<R> {
     pub async fn plan_merge(&self, name: &SandboxName, request: MergeRequest) -> Result<LandPlan> {
         let _lock = self.lock_sandbox(name).await?;
         let record = self.reviewable(name)?;
-        self.sync_for_review(&record).await.map_err(|e| {
+        let synced = self.sync_for_review(&record).await.map_err(|e| {
             Error::new(e.kind(), format!("merge lands only work a sync verified, and the sync failed: {e}"))
         })?;
+        let divergent = match synced {
+            Synced::Jj(sync) => sync.divergent,
+            Synced::Git(_) => Vec::new(),
+        };
         let _repo = self.lock_repo_of(&record).await?;
         let ws = record.workspace.clone();
         let name = name.clone();
@@ -206,8 +221,10 @@ impl<R: Runtime> Engine<R> {
             }
             review::plan(&repo, &name, &work, commits, &landing)
         })
-        .await?;
+        .await
+        .map_err(|e| explain_divergence(e, &record.name, &divergent))?;
         self.check_landing(&record, &mut plan).await?;
+        plan.divergent = divergent;
         Ok(plan)
     }
 
@@ -354,12 +371,12 @@ impl<R: Runtime> Engine<R> {
 
     /// `sync` of a sandbox whose lock the caller holds, with jj's snapshot
     /// taken inside (in a helper container when it is stopped).
-    pub(super) async fn sync_for_review(&self, record: &Record) -> Result<()> {
+    pub(super) async fn sync_for_review(&self, record: &Record) -> Result<Synced> {
         let inside = match self.run_inside_if_running(record, true).await {
             Some(inside) => Some(inside),
             None => self.run_inside_in_helper(record, true).await,
         };
-        self.sync_record(record, inside).await.map(|_| ())
+        self.sync_record(record, inside).await
     }
 
     /// The locks of one or two sandboxes, always taken in name order (so that
@@ -396,4 +413,20 @@ fn refuse_forage_target(target: &str, mode: Mode) -> Result<()> {
     Err(Error::usage(format!(
         "{target:?} is a {kind} of forage's (a sandbox's work or an archive); land the work on one of yours"
     )))
+}
+
+/// A merge that cannot be planned while a landed change was edited again
+/// (whose two versions conflict, as a rule): the error says that this is why,
+/// and how to resolve it.
+fn explain_divergence(mut e: Error, name: &SandboxName, divergent: &[Divergent]) -> Error {
+    for d in divergent {
+        e = e
+            .hint(d.describe())
+            .hint_run(
+                "keep the edit as a change of its own with {command}, then merge again",
+                d.keep_inside(name.as_str()),
+            )
+            .hint_run("or drop it with {command}", d.drop_inside(name.as_str()));
+    }
+    e
 }

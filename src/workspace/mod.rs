@@ -82,6 +82,18 @@ pub enum Synced {
     Jj(jj::JjSync),
 }
 
+/// Where a sandbox's work started: the commit (jj: commits) it is reviewed
+/// against, and the branch (jj: bookmark) it lands on. An archive keeps it,
+/// so that `restore --up` makes a sandbox whose `diff`, `log`, `merge` and
+/// `list` show the restored work, not an empty change from the archive's tip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Base {
+    pub commits: Vec<String>,
+    /// git: the full ref (`refs/heads/main`); jj: the bookmark's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<String>,
+}
+
 /// What `status` tells of a workspace with history.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkspaceStatus {
@@ -119,6 +131,10 @@ pub trait Workspace: Send + Sync {
     }
     /// The user's repository (its top directory), as archives name it.
     fn repository(&self) -> Option<&Path> {
+        None
+    }
+    /// Where the work started, as archives keep it (`None`: no history).
+    fn base(&self) -> Option<Base> {
         None
     }
     /// Made by an older forage, which shared the repository with the agent.
@@ -366,8 +382,9 @@ impl AtStake {
         self.commits.is_empty() && self.unsynced.is_empty() && self.files.is_empty()
     }
 
-    /// "2 commits (1a2b3c4d5e6f fix the parser; …), 1 commit not synced (…), 3 files (a, b, c)".
-    pub fn describe(&self) -> String {
+    /// "2 commits (1a2b3c4d5e6f fix the parser; …), 1 commit not synced (…), 3 files (a, b, c)";
+    /// in a jj sandbox's (`mode`), changes.
+    pub fn describe(&self, mode: Mode) -> String {
         let list = |items: &[String], one: &str, many: &str| {
             let shown: Vec<&str> = items.iter().take(10).map(String::as_str).collect();
             let more = if items.len() > 10 { format!("; and {} more", items.len() - 10) } else { String::new() };
@@ -375,7 +392,10 @@ impl AtStake {
         };
         let mut parts = Vec::new();
         if !self.commits.is_empty() {
-            parts.push(list(&self.commits, "commit", "commits"));
+            parts.push(match mode {
+                Mode::Jj => list(&self.commits, "change", "changes"),
+                _ => list(&self.commits, "commit", "commits"),
+            });
         }
         if !self.unsynced.is_empty() {
             parts.push(list(&self.unsynced, "commit not synced", "commits not synced"));

@@ -179,6 +179,7 @@ mod tests {
             base_ref: None,
             private: None,
             from_uncommitted: false,
+            start: None,
         });
         let mut reach = AgentReach::default();
         reach.add("b", &ws, []);

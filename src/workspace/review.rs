@@ -88,6 +88,24 @@ pub trait Review {
     /// the user's own checkout; refused, changing nothing, where it does not
     /// apply cleanly. Returns the paths it changed.
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>>;
+    /// git: the agent's HEAD, when it is not on the sandbox's branch (whose
+    /// work alone the review commands show).
+    fn detached_head(&self, _repo: &Repository) -> Result<Option<DetachedHead>> {
+        Ok(None)
+    }
+}
+
+/// The agent's HEAD when it is detached (git): the commit it is at, and the
+/// commits it reaches that the host has not got (read as the import reads
+/// them, writing nothing), which `sync` does not bring and `down` archives.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetachedHead {
+    /// The sandbox's branch, which the HEAD is not on.
+    pub branch: String,
+    pub commit: String,
+    pub summary: String,
+    /// Commits at the detached HEAD not in the user's repository, newest first.
+    pub unsynced: Vec<String>,
 }
 
 fn no_conflicts_left() -> Error {
@@ -311,6 +329,13 @@ pub struct LandPlan {
     pub conflicts: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_head: Option<String>,
+    /// jj: the uncommitted files are the agent's working-copy change.
+    #[serde(skip)]
+    pub jj: bool,
+    /// jj: changes an earlier `merge` landed that the agent edited again
+    /// since (the sync before this plan found them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub divergent: Vec<crate::workspace::jj::Divergent>,
 }
 
 impl LandPlan {
@@ -455,6 +480,8 @@ pub fn plan(
         checkout: None,
         merge_head: (!conflicts.is_empty()).then(|| head.to_string()),
         conflicts,
+        jj: work.current_commit.is_some(),
+        divergent: Vec::new(),
     })
 }
 

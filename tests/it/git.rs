@@ -73,7 +73,7 @@ fn down_archives_every_byte_of_the_agents_work_and_restore_brings_it_back() {
     assert!(down.status.success(), "{}", describe(&down));
     let (out, hints) = (String::from_utf8_lossy(&down.stdout), String::from_utf8_lossy(&down.stderr));
     assert!(out.contains("1 commit") && out.contains("3 uncommitted files"), "{out}");
-    assert!(hints.contains("hint: restore it with `forage-ctl restore agent`"), "{hints}");
+    assert!(hints.contains("hint: restore it with `forage-ctl restore agent --archive "), "{hints}");
 
     // Nothing left: container, worktree registration, branch, record, directory.
     env.assert_nothing_left_but_archives();

@@ -27,6 +27,7 @@ mod merge_conflicts;
 mod next_step;
 mod output;
 mod reset;
+mod restore_review;
 mod review;
 mod templates;
 mod terminal;

@@ -45,6 +45,9 @@ fn stable(env: &Env, check: impl FnOnce()) {
     settings.add_filter(r"\b[0-9a-f]{64}\b", "[ID]");
     settings.add_filter(r"\b[0-9a-f]{40}\b", "[COMMIT]");
     settings.add_filter(r"\b[0-9a-f]{12}\b", "[SHORT-ID]");
+    // jj's change ids: 32 (or, shortened, 12) of the letters k to z.
+    settings.add_filter(r"\b[k-z]{32}\b", "[CHANGE-ID]");
+    settings.add_filter(r"\b[k-z]{12}\b", "[SHORT-CHANGE-ID]");
     settings.add_filter(r"forage-host/([a-z-]+):[0-9a-f]{16}", "forage-host/$1:[KEY]");
     settings.add_filter(r"\b\d{8}T\d{6}Z\b", "[STAMP]");
     // Where a pinned path is on disk (device and inode numbers).
@@ -127,6 +130,45 @@ fn a_git_sandbox_from_up_to_restore() {
     );
     stable(&env, || insta::assert_snapshot!("a_git_sandbox_from_up_to_restore", text));
     assert_eq!(git(&repo, &["show", "forage-snap-git:new.txt"]), "new\n");
+    env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn a_jj_sandbox_in_jjs_words() {
+    let env = Env::new();
+    let repo = crate::jj::jj_repo(&env, "repo", true);
+    let r = repo.to_str().unwrap();
+    let name = "snap-jj";
+    let text = scenario(
+        &env,
+        &[
+            &["up", name, "--jj", r],
+            &[
+                "exec",
+                name,
+                "--",
+                "sh",
+                "-c",
+                "cd /workspace && echo new > new.txt && jj describe -m 'add new.txt' 2>/dev/null",
+            ],
+            &["merge", name, "--dry-run"],
+            &["merge", name, "--yes"],
+            &["exec", name, "--", "sh", "-c", "echo more >> /workspace/new.txt"],
+            &["sync", name],
+            &[
+                "exec",
+                name,
+                "--",
+                "sh",
+                "-c",
+                "cd /workspace && jj new 2>/dev/null && echo b > b.txt && jj describe -m b 2>/dev/null",
+            ],
+            &["down", name, "--dry-run"],
+            &["down", name],
+            &["restore", name],
+        ],
+    );
+    stable(&env, || insta::assert_snapshot!("a_jj_sandbox_in_jjs_words", text));
     env.assert_nothing_left_but_archives();
 }
 

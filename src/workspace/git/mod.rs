@@ -70,6 +70,11 @@ pub struct GitWorkspace {
     /// uncommitted changes of the user's checkout (`host_changes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_uncommitted: bool,
+    /// The commit the branch was made at, when that is not the base: a
+    /// sandbox `restore --up` made on archived work starts at the archive and
+    /// keeps the archived sandbox's base, so that its work is reviewed whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 /// Validated input for a new git-worktree sandbox; nothing is created yet.
@@ -121,6 +126,7 @@ impl GitRequest {
                 base_ref,
                 private: Some(private_dir),
                 from_uncommitted: false,
+                start: None,
             },
         })
     }
@@ -149,6 +155,19 @@ impl GitRequest {
             )));
         }
         self.workspace.from_uncommitted = true;
+        Ok(self)
+    }
+
+    /// The same request for `restore --up`: the branch starts at the archived
+    /// commit `start`, and the work is reviewed against the archived
+    /// sandbox's `base` (validated as `--base` was).
+    pub fn starting_at(mut self, start: &str, base_ref: Option<String>) -> Result<Self> {
+        let repo = Repository::open(&self.workspace.common_dir).map_err(ws_err)?;
+        Oid::from_str(start).and_then(|id| repo.find_commit(id)).map_err(|_| {
+            Error::not_found(format!("the archived commit {start} is no longer in {}", self.workspace.repo.display()))
+        })?;
+        self.workspace.start = (start != self.workspace.base).then(|| start.to_owned());
+        self.workspace.base_ref = base_ref.filter(|r| repo.find_reference(r).is_ok());
         Ok(self)
     }
 }
@@ -231,6 +250,9 @@ pub struct ArchiveOutcome {
     pub not_archived: Vec<NotArchived>,
     /// With `--discard`: what was thrown away instead.
     pub discarded: Option<AtStake>,
+    /// jj: changes `merge` landed that the agent edited again since, which
+    /// the user's jj shows as divergent.
+    pub divergent: Vec<super::jj::Divergent>,
 }
 
 /// Work `down` could not keep, and why.
@@ -262,10 +284,15 @@ impl GitWorkspace {
         Repository::open(&self.common_dir).map_err(|e| ws_err(format!("opening {}: {e}", self.repo.display())))
     }
 
-    /// Creates the branch at the base commit. Fails (changing nothing) if it exists.
+    /// The commit the branch was made at: its start, else the base.
+    fn start_commit(&self) -> Result<Oid> {
+        Oid::from_str(self.start.as_deref().unwrap_or(&self.base)).map_err(ws_err)
+    }
+
+    /// Creates the branch at its start. Fails (changing nothing) if it exists.
     pub fn create_branch(&self) -> Result<()> {
         let repo = self.open()?;
-        let base = repo.find_commit(Oid::from_str(&self.base).map_err(ws_err)?).map_err(ws_err)?;
+        let base = repo.find_commit(self.start_commit()?).map_err(ws_err)?;
         repo.branch(&self.branch, &base, false)
             .map_err(|e| ws_err(format!("creating branch {} in {}: {e}", self.branch, self.repo.display())))?;
         Ok(())
@@ -311,13 +338,12 @@ impl GitWorkspace {
         self.private.as_deref().map(|dir| PrivateRepo { dir })
     }
 
-    /// Makes the agent's private repository, on the branch at the base commit,
+    /// Makes the agent's private repository, on the branch at its start,
     /// with the index of the host's fresh checkout.
     pub fn create_private(&self) -> Result<()> {
         let Some(private) = self.private_repo() else { return Ok(()) };
         let repo = self.open()?;
-        let base = Oid::from_str(&self.base).map_err(ws_err)?;
-        private.create(&repo, &self.admin_dir().join("index"), &self.branch, base)
+        private.create(&repo, &self.admin_dir().join("index"), &self.branch, self.start_commit()?)
     }
 
     /// The mounts that make /workspace a git checkout of the private repository.
@@ -462,7 +488,7 @@ impl GitWorkspace {
             Head::Detached(id) => Some(format!("detached at {}", &id.to_string()[..12])),
             Head::Unknown => Some("unreadable".into()),
         };
-        let last = private.last_synced().or_else(|| Oid::from_str(&self.base).ok());
+        let last = private.last_synced().or_else(|| self.start_commit().ok());
         let mut outcome = BranchSync::Done;
         if let Some(tip) = refs.branches.get(&self.branch).copied().filter(|t| Some(*t) != last) {
             report.imported_objects = match self.import(&repo, &private, &git, &[tip]) {
@@ -808,7 +834,7 @@ impl GitWorkspace {
         }
         let target = match tree {
             Some(tree) => {
-                let parent = tip.or_else(|| Oid::from_str(&self.base).ok());
+                let parent = tip.or_else(|| self.start_commit().ok());
                 match archived_files(repo, name, tree, parent, &self.files_message(name))? {
                     Some(commit) => commit,
                     None => self.commit_files(repo, tree, parent, name)?,
@@ -862,6 +888,10 @@ impl Workspace for GitWorkspace {
 
     fn repository(&self) -> Option<&Path> {
         Some(&self.repo)
+    }
+
+    fn base(&self) -> Option<super::Base> {
+        Some(super::Base { commits: vec![self.base.clone()], on: self.base_ref.clone() })
     }
 
     fn is_legacy(&self) -> bool {

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use git2::{BranchType, Oid, ReferenceType, Repository, StatusOptions};
 
 use super::super::conflicts::Aborted;
-use super::super::review::{in_memory, tree_of, LandPlan, Landed, Review, Work};
+use super::super::review::{in_memory, tree_of, DetachedHead, LandPlan, Landed, Review, Work};
 use super::super::untrusted::remove_created_dir;
 use super::super::worktree_files::{self, Known, Reading};
 use super::checkout::{check_out_all_or_nothing, Change};
+use super::refs::Head;
 use super::{ws_err, GitWorkspace};
 use crate::error::{Error, Result};
 use crate::host_paths::resolved;
@@ -112,6 +113,27 @@ impl Review for GitWorkspace {
     fn abort_conflicts(&self, repo: &Repository) -> Result<Aborted> {
         let left = self.left_conflicts()?;
         GitWorkspace::abort_conflicts(self, repo, &left)
+    }
+
+    fn detached_head(&self, repo: &Repository) -> Result<Option<DetachedHead>> {
+        let Some((private, git, refs)) = self.private_refs()? else { return Ok(None) };
+        let Head::Detached(head) = refs.head else { return Ok(None) };
+        let objects = git.dir("objects").map_err(ws_err)?;
+        let found = super::import::look(repo, objects.as_ref(), &private.staging(), &[head])?;
+        let summary = match found.commits.iter().find(|(id, _)| *id == head) {
+            Some((_, summary)) => summary.clone(),
+            None => repo
+                .find_commit(head)
+                .ok()
+                .and_then(|c| c.summary().ok().flatten().map(str::to_owned))
+                .unwrap_or_default(),
+        };
+        Ok(Some(DetachedHead {
+            branch: self.branch.clone(),
+            commit: head.to_string(),
+            summary,
+            unsynced: found.commits.iter().map(|(id, s)| super::super::commit_line(*id, s)).collect(),
+        }))
     }
 
     fn apply(&self, repo: &Repository, work: &Work) -> Result<Vec<String>> {

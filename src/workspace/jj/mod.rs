@@ -40,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::host_paths::Guard;
 use crate::names::SandboxName;
 use crate::runtime::{Mount, WORKSPACE_TARGET};
+pub use review::Divergent;
 pub use state::AgentState;
 
 /// Archive bookmarks: `forage/archive/<name>/<timestamp>`.
@@ -131,6 +132,22 @@ pub struct JjWorkspace {
     /// private repository, so that `create` need not run jj again for them.
     #[serde(skip)]
     pub bookmarks_seen: Option<BTreeMap<String, Oid>>,
+    /// Set when `restore --up` made the sandbox on archived work (its `base`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<RestoredWork>,
+}
+
+/// The archived work a restored jj sandbox starts on. Its first change sits
+/// on the archive, so jj inside counts only what the agent does from there
+/// (and the archived commits, its previous life's, never get the new
+/// sandbox's bookmark or count as its own: `ownership`); but its work is
+/// reviewed, counted and landed from where the archived sandbox started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoredWork {
+    /// The archived sandbox's base commits.
+    pub base: Vec<String>,
+    /// The changes the archive holds (as `down` counted them).
+    pub changes: usize,
 }
 
 /// Validated input for a new jj sandbox; nothing is created yet.
@@ -170,7 +187,7 @@ impl JjRequest {
         }
         let repo_dir = resolve_repo_dir(&root)?;
         let git_dir = git_store(&repo_dir)?;
-        let bookmark = format!("forage/{name}");
+        let bookmark = name.bookmark();
         let found = base_and_bookmarks(&root, base)?;
         if found.taken.contains(&bookmark) {
             return Err(Error::conflict(format!(
@@ -196,8 +213,21 @@ impl JjRequest {
                 base: found.base,
                 private: Some(private),
                 bookmarks_seen: Some(found.bookmarks),
+                restored: None,
             },
         })
+    }
+
+    /// The same request for `restore --up` on an archive of `changes`
+    /// changes, whose sandbox started at `base` (unknown for an older
+    /// forage's archive: the archive is then the base).
+    pub fn restored(mut self, base: Option<&super::Base>, changes: usize) -> Self {
+        if let Some(base) = base {
+            let ws = &mut self.workspace;
+            ws.restored = Some(RestoredWork { base: base.commits.clone(), changes });
+            ws.base_bookmark = base.on.clone().or(ws.base_bookmark.take());
+        }
+        self
     }
 }
 
@@ -495,6 +525,11 @@ impl JjWorkspace {
             wanted.insert(name, *head);
         }
         self.point_bookmarks(&host, &wanted, &owned, false)?;
+        let agents: Vec<Oid> = state.commits.iter().map(|c| c.id).collect();
+        let divergent = self.divergent(&host, &agents).unwrap_or_else(|e| {
+            tracing::warn!("looking for landed changes the agent edited again: {e}");
+            Vec::new()
+        });
         let sync = JjSync {
             bookmark: self.bookmark.clone(),
             heads: heads.iter().map(Oid::to_string).collect(),
@@ -504,6 +539,7 @@ impl JjWorkspace {
             not_the_agents: foreign.iter().map(Oid::to_string).collect(),
             heads_left_out: left_out,
             jj_failed: None,
+            divergent,
         };
         if let Some(private) = &self.private {
             let json = serde_json::to_vec(&sync).map_err(ws_err)?;
@@ -626,33 +662,22 @@ impl JjWorkspace {
             return Ok(out);
         }
         let host = self.open_host()?;
-        let last = self.last_sync();
-        let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
-            self.bring_to_host(&state).map(|sync| (sync, jj_failed)).map_err(|e| e.to_string())
-        });
-        let (heads, working_copy, since, changes) = match brought {
-            Ok((sync, jj_failed)) => {
-                if let Some(why) = jj_failed {
-                    out.not_archived.push(read_without_jj(why));
-                }
-                if sync.heads_left_out > 0 {
-                    out.not_archived.push(heads_left_out(sync.heads_left_out));
-                }
-                (sync.heads, sync.working_copy, sync.since, sync.changes)
-            }
-            Err(why) => {
-                out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
-                match last {
-                    Some(s) => (s.heads, s.working_copy, s.since, s.changes),
-                    None => (Vec::new(), self.base[0].clone(), (0, 0), 0),
-                }
-            }
-        };
+        let ToArchive { heads, working_copy, since, work } = self.work_to_archive(state, &mut out);
         let working_copy = Oid::from_str(&working_copy).map_err(ws_err)?;
         // Work a bookmark of the user's holds (a `merge` landed it) needs no archive.
         let landed = self.landed_covers(Some(working_copy))?;
         // (jj is asked for the user's bookmarks only when there is work to check.)
-        let tips: Vec<Oid> = if heads.is_empty() { Vec::new() } else { self.user_bookmarks()?.into_values().collect() };
+        let tips: Vec<Oid> = if heads.is_empty() && work.is_empty() {
+            Vec::new()
+        } else {
+            self.user_bookmarks()?.into_values().collect()
+        };
+        // The changes counted as `stake` (`down --dry-run`) counts them: the
+        // agent's work that no bookmark of the user's holds.
+        let changes = match landed {
+            true => 0,
+            false => work.len() - reached_from(&host, &work, &tips)?.len(),
+        };
         let mut heads: Vec<Oid> = heads
             .iter()
             .filter_map(|h| Oid::from_str(h).ok())
@@ -681,6 +706,44 @@ impl JjWorkspace {
             out.archived.push(Archived { refname, commit: commit.to_string(), commits, dirty_files: dirty, source });
         }
         Ok(out)
+    }
+
+    /// The agent's work as `archive_work` takes it: what jj inside said
+    /// (`state`), brought to the repository; or, when that failed (said in
+    /// `out`), what the last sync brought, as `stake` takes it without jj.
+    fn work_to_archive(&self, state: std::result::Result<AgentState, String>, out: &mut ArchiveOutcome) -> ToArchive {
+        let last = self.last_sync();
+        let brought = self.state_or_store(state).and_then(|(state, jj_failed)| {
+            let work: Vec<Oid> = state.commits.iter().filter(|c| c.work).map(|c| c.id).collect();
+            self.bring_to_host(&state).map(|sync| (sync, jj_failed, work)).map_err(|e| e.to_string())
+        });
+        match brought {
+            Ok((sync, jj_failed, work)) => {
+                if let Some(why) = jj_failed {
+                    out.not_archived.push(read_without_jj(why));
+                }
+                if sync.heads_left_out > 0 {
+                    out.not_archived.push(heads_left_out(sync.heads_left_out));
+                }
+                out.divergent = sync.divergent;
+                ToArchive { heads: sync.heads, working_copy: sync.working_copy, since: sync.since, work }
+            }
+            Err(why) => {
+                out.not_archived.push(NotArchived { source: "the agent's jj changes since the last sync".into(), why });
+                match last {
+                    Some(s) => {
+                        let work = s.heads.iter().filter_map(|h| Oid::from_str(h).ok()).collect();
+                        ToArchive { heads: s.heads, working_copy: s.working_copy, since: s.since, work }
+                    }
+                    None => ToArchive {
+                        heads: Vec::new(),
+                        working_copy: self.base[0].clone(),
+                        since: (0, 0),
+                        work: Vec::new(),
+                    },
+                }
+            }
+        }
     }
 
     /// What `down` says of an older forage's jj workspace, which it leaves alone.
@@ -790,6 +853,21 @@ impl JjWorkspace {
         Ok(out)
     }
 
+    /// Where the work is reviewed from: the base, or a restored sandbox's
+    /// archived sandbox's base.
+    pub fn review_base(&self) -> &[String] {
+        match &self.restored {
+            Some(r) if !r.base.is_empty() => &r.base,
+            _ => &self.base,
+        }
+    }
+
+    /// The agent's changes as of the last sync, and those of the archive a
+    /// restored sandbox started on.
+    fn changes(&self) -> usize {
+        self.last_sync().map_or(0, |s| s.changes) + self.restored.as_ref().map_or(0, |r| r.changes)
+    }
+
     /// The files the working-copy commit changes, from what the last sync brought.
     pub fn changed_files(&self) -> Result<Vec<String>> {
         let Some(sync) = self.last_sync() else { return Ok(Vec::new()) };
@@ -832,6 +910,10 @@ impl Workspace for JjWorkspace {
 
     fn repository(&self) -> Option<&Path> {
         Some(&self.repo)
+    }
+
+    fn base(&self) -> Option<super::Base> {
+        Some(super::Base { commits: self.review_base().to_vec(), on: self.base_bookmark.clone() })
     }
 
     fn is_legacy(&self) -> bool {
@@ -906,9 +988,9 @@ impl Workspace for JjWorkspace {
     fn status(&self) -> Result<Option<WorkspaceStatus>> {
         Ok(Some(WorkspaceStatus {
             branch: Workspace::branch(self).unwrap_or_default().to_owned(),
-            base: self.base.join(","),
+            base: self.review_base().join(","),
             base_ref: None,
-            ahead: self.last_sync().map(|s| s.changes).unwrap_or(0),
+            ahead: self.changes(),
             behind: 0,
             dirty: self.changed_files()?,
             not_archivable: Vec::new(),
@@ -931,8 +1013,7 @@ impl Workspace for JjWorkspace {
         if self.is_legacy() {
             return None;
         }
-        let ahead = self.last_sync().map_or(0, |s| s.changes);
-        Some(super::WorkCounts { ahead, dirty: self.changed_files().ok()?.len() })
+        Some(super::WorkCounts { ahead: self.changes(), dirty: self.changed_files().ok()?.len() })
     }
 }
 
@@ -978,6 +1059,17 @@ fn heads_left_out(n: usize) -> NotArchived {
     }
 }
 
+/// The agent's work `down` archives (see `work_to_archive`).
+struct ToArchive {
+    /// Its heads (commit ids), the working copy's first.
+    heads: Vec<String>,
+    working_copy: String,
+    /// When jj snapshotted the working copy.
+    since: (i64, i64),
+    /// Its changes that are work (not empty and undescribed).
+    work: Vec<Oid>,
+}
+
 /// The files of a workspace that jj's snapshot had not seen, as a commit.
 struct LateFiles {
     commit: Oid,
@@ -1009,6 +1101,10 @@ pub struct JjSync {
     /// were read from its repository instead (`state_from_store`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jj_failed: Option<String>,
+    /// Changes `merge` landed that the agent edited again since: divergent
+    /// in the user's jj.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub divergent: Vec<Divergent>,
 }
 
 fn is_zero(n: &usize) -> bool {

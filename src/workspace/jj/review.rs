@@ -5,10 +5,11 @@
 //! commit only for a merge or a squash), which the repository's jj imports: jj
 //! rewrites none of the agent's commits, so their change ids stay as they are.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
 
 use super::super::review::{self, tree_of, LandPlan, LogEntry, Review, Work};
 use super::{host_bookmarks, jj_on_host, ws_err, JjWorkspace};
@@ -24,10 +25,11 @@ impl Review for JjWorkspace {
     }
 
     fn work(&self, repo: &Repository) -> Result<Work> {
-        let base = Oid::from_str(&self.base[0]).map_err(ws_err)?;
+        let first_change_on = Oid::from_str(&self.base[0]).map_err(ws_err)?;
+        let base = Oid::from_str(&self.review_base()[0]).map_err(ws_err)?;
         let wc = match self.last_sync() {
             Some(sync) => Oid::from_str(&sync.working_copy).map_err(ws_err)?,
-            None => base,
+            None => first_change_on,
         };
         // What the working copy sits on is committed; the working copy's own
         // change is what jj users call uncommitted.
@@ -128,7 +130,98 @@ impl Review for JjWorkspace {
     }
 }
 
+/// A change `merge` landed that the agent edited again afterwards: two
+/// visible commits, the landed one and the agent's, now carry its change id,
+/// which jj shows as a divergent change.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Divergent {
+    pub change_id: String,
+    /// The bookmark it landed on.
+    pub target: String,
+    /// The commit that landed.
+    pub landed: String,
+    /// The agent's later version of the change.
+    pub edited: String,
+}
+
+impl Divergent {
+    /// What happened, in jj's words.
+    pub fn describe(&self) -> String {
+        let short = |id: &str| id[..id.len().min(12)].to_owned();
+        let change = short(&self.change_id);
+        format!(
+            "change {change} landed on {} as {}, and the agent edited it since ({}): your jj shows change {change} as divergent",
+            self.target,
+            short(&self.landed),
+            short(&self.edited)
+        )
+    }
+
+    /// The command, run in sandbox `name`, that keeps the agent's edit as a
+    /// change of its own.
+    pub fn keep_inside(&self, name: &str) -> Vec<String> {
+        let args = ["exec", name, "--", "jj", "-R", "/workspace", "metaedit", "--update-change-id", "-r", &self.edited];
+        args.map(str::to_owned).to_vec()
+    }
+
+    /// The command, run in sandbox `name`, that drops the agent's edit.
+    pub fn drop_inside(&self, name: &str) -> Vec<String> {
+        ["exec", name, "--", "jj", "-R", "/workspace", "abandon", &self.edited].map(str::to_owned).to_vec()
+    }
+}
+
+/// At most this many landed commits are looked at for change ids an agent
+/// edited again (a merge lands the agent's work, however long).
+const MAX_LANDED_WALK: usize = 10_000;
+
 impl JjWorkspace {
+    /// The changes of the agent's (`commits`, as jj inside listed them and
+    /// the host now has them) that carry the change id of a different commit
+    /// `merge` landed, while that one is still on a bookmark of the user's.
+    pub(super) fn divergent(&self, host: &Repository, commits: &[Oid]) -> Result<Vec<Divergent>> {
+        let Some(landed) = self.landed_file().and_then(|f| review::Landed::read(&f)) else { return Ok(Vec::new()) };
+        let Ok(landed_tip) = Oid::from_str(&landed.commit) else { return Ok(Vec::new()) };
+        let change_of = |id: Oid| -> Option<String> {
+            let commit = host.find_commit(id).ok()?;
+            let value = commit.header_field_bytes("change-id").ok()?;
+            Some(String::from_utf8_lossy(&value).trim().to_owned())
+        };
+        // The landed commits, by change id: those the merge brought, down to the base.
+        let mut walk = host.revwalk().map_err(ws_err)?;
+        walk.push(landed_tip).map_err(ws_err)?;
+        for base in self.review_base().iter().chain(&self.base) {
+            if let Ok(id) = Oid::from_str(base) {
+                let _ = walk.hide(id);
+            }
+        }
+        let mut landed_changes: HashMap<String, Oid> = HashMap::new();
+        for id in walk.take(MAX_LANDED_WALK).flatten() {
+            if let Some(change) = change_of(id) {
+                landed_changes.entry(change).or_insert(id);
+            }
+        }
+        let mut found: Vec<Divergent> = commits
+            .iter()
+            .filter_map(|id| {
+                let change = change_of(*id)?;
+                let landed_as = *landed_changes.get(&change).filter(|l| **l != *id)?;
+                Some(Divergent {
+                    change_id: change,
+                    target: landed.target.clone(),
+                    landed: landed_as.to_string(),
+                    edited: id.to_string(),
+                })
+            })
+            .collect();
+        if found.is_empty() {
+            return Ok(found);
+        }
+        // Only while the user keeps what landed (jj asked only now, when it matters).
+        let tips: Vec<Oid> = self.user_bookmarks()?.into_values().collect();
+        found.retain(|d| Oid::from_str(&d.landed).is_ok_and(|l| review::held_by(host, l, &tips)));
+        Ok(found)
+    }
+
     /// The user's local bookmarks (none of forage's), as the repository's jj
     /// has them: a repository not colocated with git keeps them out of its
     /// git store's refs.
