@@ -2,7 +2,7 @@
 //! FORAGE_HOME/sandboxes) and of the work `down` archived (`ArchiveEntry`):
 //! plain data, read and written by `store`, acted on by `sandbox`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -101,13 +101,50 @@ pub struct UpOptions {
     pub secrets: Vec<SecretFile>,
 }
 
-/// A secret given on the command line: a name and the file holding its value.
-/// forage copies the file once, at `up`, into FORAGE_HOME (mode 0600) and
-/// mounts the copy; it never reads the value otherwise, nor the file again.
+/// A secret given on the command line: a name and where its value came from,
+/// a file (`NAME=FILE`) or a variable of forage's environment
+/// (`NAME=env:VAR`). forage copies the value once, at `up`, into FORAGE_HOME
+/// (mode 0600) and mounts the copy; it never reads the value otherwise, nor
+/// its origin again. The record keeps the origin, never the value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecretFile {
     pub name: String,
+    /// The file the value was read from (empty for a variable).
+    #[serde(default, skip_serializing_if = "path_is_empty")]
     pub path: PathBuf,
+    /// The environment variable the value was read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// A variable's value, held from the checks to the copy (never saved).
+    #[serde(skip)]
+    pub value: Option<SecretValue>,
+}
+
+impl SecretFile {
+    /// A secret read from the file at `path`.
+    pub fn from_file(name: impl Into<String>, path: PathBuf) -> Self {
+        SecretFile { name: name.into(), path, env: None, value: None }
+    }
+
+    /// Whether the value comes from a file (whose path a workspace must not hold).
+    pub fn file(&self) -> Option<&Path> {
+        self.env.is_none().then_some(self.path.as_path())
+    }
+}
+
+fn path_is_empty(path: &Path) -> bool {
+    path.as_os_str().is_empty()
+}
+
+/// A secret's value in memory: its `Debug` never shows it, so that no log
+/// line or error made from a request can carry it.
+#[derive(Clone, PartialEq)]
+pub struct SecretValue(pub Vec<u8>);
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretValue({} bytes)", self.0.len())
+    }
 }
 
 /// Where a sandbox is in its life. `Creating` with no `up` holding its lock means

@@ -55,9 +55,10 @@ pub struct UpArgs {
     /// An extra environment variable for the agent (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// A secret for the agent, from a file: mounted read-only at /run/secrets/NAME and
+    /// A secret for the agent, from a file or (NAME=env:VAR) a variable of forage's
+    /// environment: copied once, mounted read-only at /run/secrets/NAME and
     /// exported to the agent where the template asks (repeatable).
-    #[arg(long = "secret", value_name = "NAME=FILE")]
+    #[arg(long = "secret", value_name = "NAME=FILE|NAME=env:VAR")]
     pub secrets: Vec<String>,
     /// Network access: full, or none.
     #[arg(long, value_parser = ["full", "none"])]

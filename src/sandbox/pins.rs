@@ -41,7 +41,14 @@ fn host_paths_of(record: &Record, guard: &Guard) -> Vec<HostPath> {
         return record.pins.iter().map(|p| HostPath { path: p.path.clone(), writable: p.writable }).collect();
     }
     let mut out = HostPath::of_mounts(&record.workspace.mounts(record.options.read_only, guard));
-    out.extend(record.options.secrets.iter().map(|s| HostPath { path: s.path.clone(), writable: false }));
+    out.extend(
+        record
+            .options
+            .secrets
+            .iter()
+            .filter_map(|s| s.file())
+            .map(|path| HostPath { path: path.to_owned(), writable: false }),
+    );
     out
 }
 

@@ -113,7 +113,7 @@ fn secret_env(template: &template::Resolved, options: &UpOptions) -> Result<Vec<
     for (var, secret) in &template.template.agent.secrets {
         if !options.secrets.iter().any(|s| &s.name == secret) {
             return Err(Error::usage(format!(
-                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value",
+                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value, or --secret {secret}=env:{var}, a variable of your environment",
                 template.name
             )));
         }

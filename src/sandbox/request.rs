@@ -215,20 +215,24 @@ impl<R: Runtime> Engine<R> {
         self.refuse_overlap(&request.name, &paths)?;
         self.refuse_template_in_reach(&request.template, &paths)?;
         for secret in &request.options.secrets {
-            self.refuse_secret_in_reach(&secret.path, &secret.name, &paths)?;
+            if let Some(file) = secret.file() {
+                self.refuse_secret_in_reach(file, &secret.name, &paths)?;
+            }
         }
         Ok(request)
     }
 
-    /// `--secret NAME=FILE` values: a good name, given once, and a regular file
-    /// the user can read, of at most `MAX_SECRET_BYTES`. Its value is read
-    /// only when `up` copies it (`secrets`), after every other check.
+    /// `--secret NAME=FILE` and `--secret NAME=env:VAR` values: a good name,
+    /// given once, and a regular file the user can read, of at most
+    /// `MAX_SECRET_BYTES` (its value is read only when `up` copies it
+    /// (`secrets`), after every other check), or a variable of forage's
+    /// environment that is set, not empty and as bounded.
     fn secret_files(&self, raw: &[String]) -> Result<Vec<SecretFile>> {
         let mut out: Vec<SecretFile> = Vec::new();
         for r in raw {
             let Some((name, file)) = r.split_once('=').filter(|(n, f)| !n.is_empty() && !f.is_empty()) else {
                 return Err(Error::usage(format!(
-                    "invalid --secret {r:?}: use NAME=FILE, e.g. --secret anthropic=~/.keys/anthropic"
+                    "invalid --secret {r:?}: use NAME=FILE or NAME=env:VAR, e.g. --secret anthropic=~/.keys/anthropic"
                 )));
             };
             if !template::secret_name_ok(name) {
@@ -236,6 +240,10 @@ impl<R: Runtime> Engine<R> {
             }
             if out.iter().any(|s| s.name == name) {
                 return Err(Error::usage(format!("--secret {name} is given twice; give each secret once")));
+            }
+            if let Some(var) = file.strip_prefix("env:") {
+                out.push(super::secrets::from_environment(name, var)?);
+                continue;
             }
             // Shells do not expand `~` after `=`; do it here so the obvious spelling works.
             let path = self.settings.expand_tilde(file).unwrap_or_else(|| PathBuf::from(file));
@@ -250,7 +258,7 @@ impl<R: Runtime> Engine<R> {
                     return Err(Error::usage(format!("secret file {file:?} (for {name}) is not a regular file")))
                 }
                 Ok(m) if m.len() > super::secrets::MAX_SECRET_BYTES => {
-                    return Err(super::secrets::too_large(&SecretFile { name: name.to_owned(), path }))
+                    return Err(super::secrets::too_large(&SecretFile::from_file(name, path)))
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -260,7 +268,7 @@ impl<R: Runtime> Engine<R> {
                 }
             }
             let path = path.canonicalize().map_err(|e| Error::usage(format!("secret file {file:?}: {e}")))?;
-            out.push(SecretFile { name: name.to_owned(), path });
+            out.push(SecretFile::from_file(name, path));
         }
         Ok(out)
     }

@@ -113,7 +113,9 @@ impl<R: Runtime> Engine<R> {
             &record.workspace.mounts(record.options.read_only, &guard(&self.home, &self.settings)),
         );
         for secret in &record.options.secrets {
-            self.refuse_secret_in_reach(&secret.path, &secret.name, &own)?;
+            if let Some(file) = secret.file() {
+                self.refuse_secret_in_reach(file, &secret.name, &own)?;
+            }
         }
         self.copy_secrets(record).await
     }

@@ -1,8 +1,10 @@
-//! `--secret NAME=FILE`: the value is read once, at `up`, into a copy only the
-//! user can read (FORAGE_HOME/secrets/<sandbox>/<secret>, mode 0600), and the
-//! container mounts the copy. The file it came from is never read again, so
-//! that swapping it for a symlink later (to a private key, to the engine's
-//! socket) changes nothing the engine mounts.
+//! `--secret NAME=FILE` and `--secret NAME=env:VAR`: the value is read once,
+//! at `up`, into a copy only the user can read
+//! (FORAGE_HOME/secrets/<sandbox>/<secret>, mode 0600), and the container
+//! mounts the copy. The file it came from is never read again, so that
+//! swapping it for a symlink later (to a private key, to the engine's socket)
+//! changes nothing the engine mounts; a variable's value is never in argv, the
+//! record or the container's configuration.
 
 use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -10,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::host_paths::pin::Pin;
-use crate::record::SecretFile;
+use crate::record::{SecretFile, SecretValue};
 
 /// The largest secret forage copies: keys and tokens are a few kilobytes, and
 /// the value ends up in the agent's environment.
@@ -31,7 +33,10 @@ pub fn copy_all(secrets: &[SecretFile], dir: &Path) -> Result<()> {
         .create(dir)
         .map_err(|e| Error::other(format!("creating {}: {e}", dir.display())))?;
     for secret in secrets {
-        let value = read_value(secret)?;
+        let value = match &secret.value {
+            Some(SecretValue(value)) => value.clone(),
+            None => read_value(secret)?,
+        };
         let copy = copy_path(dir, &secret.name);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -76,6 +81,35 @@ fn read_value(secret: &SecretFile) -> Result<Vec<u8>> {
     Ok(value)
 }
 
+/// `--secret NAME=env:VAR`: the value of `var` in forage's environment, held
+/// in memory until `up` copies it: set, not empty, at most `MAX_SECRET_BYTES`.
+pub fn from_environment(name: &str, var: &str) -> Result<SecretFile> {
+    let valid = !var.is_empty() && !var.starts_with(|c: char| c.is_ascii_digit());
+    if !valid || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(Error::usage(format!(
+            "invalid --secret {name}=env:{var}: name an environment variable (letters, digits, '_'), e.g. --secret {name}=env:ANTHROPIC_API_KEY"
+        )));
+    }
+    let value = std::env::var_os(var).map(std::os::unix::ffi::OsStringExt::into_vec).unwrap_or_default();
+    if value.is_empty() {
+        return Err(Error::usage(format!(
+            "environment variable {var} (for --secret {name}) is not set or empty; export it before running forage-ctl, or pass --secret {name}=FILE"
+        )));
+    }
+    if value.len() as u64 > MAX_SECRET_BYTES {
+        return Err(Error::usage(format!(
+            "environment variable {var} (for --secret {name}) is larger than {} KiB; a secret is a key or a token",
+            MAX_SECRET_BYTES >> 10
+        )));
+    }
+    Ok(SecretFile {
+        name: name.to_owned(),
+        path: PathBuf::new(),
+        env: Some(var.to_owned()),
+        value: Some(SecretValue(value)),
+    })
+}
+
 /// A secret file larger than forage copies.
 pub fn too_large(secret: &SecretFile) -> Error {
     Error::usage(format!(
@@ -97,7 +131,7 @@ mod tests {
         std::fs::write(t.join("key"), "s3cret").unwrap();
         let dir = t.join("secrets/box");
         std::fs::create_dir(t.join("secrets")).unwrap();
-        copy_all(&[SecretFile { name: "api".into(), path: t.join("key") }], &dir).unwrap();
+        copy_all(&[SecretFile::from_file("api", t.join("key"))], &dir).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::read(dir.join("api")).unwrap(), b"s3cret");
         assert_eq!(std::fs::metadata(dir.join("api")).unwrap().permissions().mode() & 0o777, 0o600);
@@ -106,14 +140,14 @@ mod tests {
         // The key swapped for a symlink to something else after `up` checked it.
         std::fs::rename(t.join("key"), t.join("key-real")).unwrap();
         std::os::unix::fs::symlink(t.join("key-real"), t.join("key")).unwrap();
-        let err = copy_all(&[SecretFile { name: "api".into(), path: t.join("key") }], &t.join("secrets/other"));
+        let err = copy_all(&[SecretFile::from_file("api", t.join("key"))], &t.join("secrets/other"));
         assert!(err.unwrap_err().to_string().contains("is now a symlink"));
         // Too large, or a FIFO: refused, never blocking.
         std::fs::write(t.join("big"), vec![b'x'; MAX_SECRET_BYTES as usize + 1]).unwrap();
-        let err = copy_all(&[SecretFile { name: "big".into(), path: t.join("big") }], &t.join("secrets/big"));
+        let err = copy_all(&[SecretFile::from_file("big", t.join("big"))], &t.join("secrets/big"));
         assert!(err.unwrap_err().to_string().contains("larger than"));
         nix::unistd::mkfifo(&t.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let err = copy_all(&[SecretFile { name: "f".into(), path: t.join("fifo") }], &t.join("secrets/fifo"));
+        let err = copy_all(&[SecretFile::from_file("f", t.join("fifo"))], &t.join("secrets/fifo"));
         assert!(err.unwrap_err().to_string().contains("not a regular file"));
     }
 }

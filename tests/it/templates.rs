@@ -154,6 +154,71 @@ fn a_secret_is_a_read_only_file_and_the_agents_env_and_nowhere_else() {
     env.assert_nothing_left();
 }
 
+/// `--secret NAME=env:VAR`: the value is read from forage's own environment,
+/// copied like a file's, and reaches the agent alone: not argv, the record,
+/// `docker inspect`, forage's output or any other file of forage's.
+#[test]
+fn a_secret_from_an_environment_variable_reaches_the_agent_alone() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    write(
+        &dir.join("agent.yaml"),
+        &format!("image: {image}\nagent:\n  command: [sleep, '1000']\n  secrets: {{API_KEY: api}}\n"),
+    );
+    let value = format!("sk-env-{}-do-not-leak", std::process::id());
+    let ws = env.mkdir("ws");
+    let up = |secret: &str, var: Option<&str>| {
+        let mut cmd =
+            env.cmd(&["up", "envsec", "-t", "agent", "--workspace", ws.to_str().unwrap(), "--secret", secret]);
+        cmd.env("FORAGE_TEMPLATES_PATH", &dir).env_remove("FORAGE_IT_KEY").arg("-vvv");
+        if let Some(v) = var {
+            cmd.env("FORAGE_IT_KEY", v);
+        }
+        cmd.output().unwrap()
+    };
+
+    // Unset, empty, or not a variable's name: refused, naming it, nothing made.
+    for (secret, var, needle) in [
+        ("api=env:FORAGE_IT_KEY", None, "environment variable FORAGE_IT_KEY (for --secret api) is not set or empty"),
+        (
+            "api=env:FORAGE_IT_KEY",
+            Some(""),
+            "environment variable FORAGE_IT_KEY (for --secret api) is not set or empty",
+        ),
+        ("api=env:1-bad", Some("x"), "invalid --secret api=env:1-bad: name an environment variable"),
+    ] {
+        let out = up(secret, var);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe(&out));
+        env.assert_nothing_left();
+    }
+
+    let out = up("api=env:FORAGE_IT_KEY", Some(&value));
+    assert!(out.status.success(), "{}", describe(&out));
+    let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!output.contains(&value), "the secret reached forage's output");
+    let seen = env.ok(&["exec", "envsec", "--", "sh", "-c", "cat /run/secrets/api; echo; cat /proc/1/cmdline"]);
+    assert!(seen.starts_with(&format!("{value}\n")), "the agent reads the value: {seen:?}");
+    assert!(!seen[value.len()..].contains(&value), "the value is in the agent's argv: {seen:?}");
+    let inspected = serde_json::to_string(&inspect("forage-envsec").unwrap()).unwrap();
+    assert!(!inspected.contains(&value), "the secret is in docker inspect");
+    let copy = env.home.join("secrets/envsec/api");
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), value);
+    let record = std::fs::read_to_string(env.home.join("sandboxes/envsec.json")).unwrap();
+    assert!(record.contains("\"env\": \"FORAGE_IT_KEY\"") || record.contains("\"env\":\"FORAGE_IT_KEY\""), "{record}");
+    for file in env.home_files().into_iter().filter(|f| f != &copy) {
+        assert!(!std::fs::read_to_string(&file).unwrap_or_default().contains(&value), "secret in {}", file.display());
+    }
+    // `reset` keeps the value `up` read: the variable is not read again.
+    let out =
+        env.cmd(&["reset", "envsec"]).env("FORAGE_TEMPLATES_PATH", &dir).env_remove("FORAGE_IT_KEY").output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(env.ok(&["exec", "envsec", "--", "cat", "/run/secrets/api"]), value);
+    env.ok(&["down", "envsec"]);
+    env.assert_nothing_left();
+}
+
 #[test]
 fn limits_network_and_read_only_policies_reach_the_container() {
     let env = Env::new();
