@@ -98,3 +98,10 @@ impl Settings {
 pub fn no_color() -> Option<OsString> {
     var_os("NO_COLOR")
 }
+
+/// The value of `--secret NAME=env:VAR`'s variable (empty when unset), which
+/// `up` copies once and never keeps elsewhere.
+pub fn secret_value(var: &str) -> Vec<u8> {
+    use std::os::unix::ffi::OsStringExt;
+    var_os(var).map(OsString::into_vec).unwrap_or_default()
+}

@@ -90,7 +90,7 @@ pub fn from_environment(name: &str, var: &str) -> Result<SecretFile> {
             "invalid --secret {name}=env:{var}: name an environment variable (letters, digits, '_'), e.g. --secret {name}=env:ANTHROPIC_API_KEY"
         )));
     }
-    let value = std::env::var_os(var).map(std::os::unix::ffi::OsStringExt::into_vec).unwrap_or_default();
+    let value = crate::env::secret_value(var);
     if value.is_empty() {
         return Err(Error::usage(format!(
             "environment variable {var} (for --secret {name}) is not set or empty; export it before running forage-ctl, or pass --secret {name}=FILE"
