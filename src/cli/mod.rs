@@ -23,6 +23,7 @@ mod restore;
 mod review;
 mod status;
 mod sync;
+mod template_export;
 mod templates;
 mod terminal;
 mod up;

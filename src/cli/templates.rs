@@ -3,6 +3,7 @@ use clap::{Args, Subcommand};
 use super::render::{shown, Table};
 use super::Ctx;
 use crate::error::{Error, Result};
+use crate::template::ImageSpec;
 use crate::template::Templates;
 
 #[derive(Debug, Args)]
@@ -13,10 +14,24 @@ pub struct TemplatesArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum TemplatesAction {
-    /// Print one template as forage resolves it, with defaults filled in.
+    /// Print one template as forage resolves it, with defaults filled in (a
+    /// built-in's Dockerfile follows, as comments).
     Show {
         #[arg(add = super::complete::templates())]
         name: String,
+        /// Print only the built-in's Dockerfile, as it is.
+        #[arg(long)]
+        dockerfile: bool,
+    },
+    /// Write a built-in template's files (template.yaml, Dockerfile) out for
+    /// editing: into DIR, or by default your template directory, where the
+    /// copy is used in place of the built-in.
+    #[command(after_help = "Example: forage-ctl templates export claude")]
+    Export {
+        #[arg(add = super::complete::templates())]
+        name: String,
+        /// Where to write (a new or empty directory).
+        dir: Option<std::path::PathBuf>,
     },
 }
 
@@ -26,14 +41,61 @@ pub fn run(ctx: &Ctx, args: TemplatesArgs) -> Result<i32> {
         ctx.out.warn(warning);
     }
     match args.action {
-        Some(TemplatesAction::Show { name }) => {
+        Some(TemplatesAction::Show { name, dockerfile: true }) => {
+            let t = templates.resolve(&name)?;
+            let Some(text) = t.builtin_dockerfile else {
+                return Err(Error::usage(match (&t.template.image, t.dir()) {
+                    (ImageSpec::Build(build), Some(dir)) => format!(
+                        "template {name:?} is the file {}: its Dockerfile is {}, which you can read there",
+                        t.origin,
+                        dir.join(&build.context).join(&build.dockerfile).display()
+                    ),
+                    _ => format!("template {name:?} is not built from a Dockerfile"),
+                }));
+            };
+            ctx.out.data_block(text.to_owned());
+        }
+        Some(TemplatesAction::Show { name, dockerfile: false }) => {
             let t = templates.resolve(&name)?;
             if ctx.out.json_wanted() {
-                ctx.out.json(&serde_json::json!({"name": t.name, "origin": t.origin, "template": t.template}))?;
+                ctx.out.json(&serde_json::json!({
+                    "name": t.name, "origin": t.origin, "template": t.template, "dockerfile": t.builtin_dockerfile,
+                }))?;
             } else {
                 ctx.out.data(format!("# {} ({})", t.name, t.origin));
                 let yaml = serde_yaml_ng::to_string(&t.template).map_err(Error::other)?;
                 ctx.out.data_block(super::shown_text(&yaml));
+                // As comments, so that the output stays the template's YAML.
+                if let Some(text) = t.builtin_dockerfile {
+                    let commented: String =
+                        text.lines().map(|l| format!("#   {l}\n").replace("#   \n", "#\n")).collect();
+                    ctx.out.data_block(format!(
+                        "# build.dockerfile, shipped inside forage-ctl (`templates show {name} --dockerfile` prints it alone,\n# `templates export {name}` writes it out for editing):\n{commented}"
+                    ));
+                }
+            }
+        }
+        Some(TemplatesAction::Export { name, dir }) => {
+            let done = super::template_export::export(&templates, &name, dir)?;
+            if ctx.out.json_wanted() {
+                ctx.out.json(&serde_json::json!({
+                    "name": name, "dir": done.dir, "files": done.files, "used_in_place_of_builtin": done.in_search_path,
+                }))?;
+            } else {
+                for f in &done.files {
+                    ctx.out.data(f.display().to_string());
+                }
+                if done.in_search_path {
+                    ctx.out.status(format!(
+                        "template {name} is now your copy in {}; edit it there (remove the directory to use the built-in again)",
+                        done.dir.display()
+                    ));
+                } else {
+                    ctx.out.status(format!(
+                        "wrote template {name} into {}; forage uses it when its parent directory is on FORAGE_TEMPLATES_PATH",
+                        done.dir.display()
+                    ));
+                }
             }
         }
         None => {

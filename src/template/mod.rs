@@ -50,6 +50,12 @@ const BUILTINS: &[Builtin] = &[
     builtin_with_dockerfile!("opencode"),
 ];
 
+/// A built-in template's own files, as shipped: `template.yaml` (comments
+/// and all) and, for one built from a Dockerfile, its `Dockerfile`.
+pub fn builtin_files(name: &str) -> Option<(&'static str, Option<&'static str>)> {
+    BUILTINS.iter().find(|b| b.name == name).map(|b| (b.yaml, b.dockerfile))
+}
+
 /// Where a template was found.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "lowercase", tag = "kind", content = "path")]

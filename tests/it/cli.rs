@@ -148,3 +148,56 @@ fn the_readme_install_puts_man_pages_where_man_finds_them() {
         assert_eq!(found.trim(), home.join(format!(".cargo/share/man/man1/{page}.1")).display().to_string());
     }
 }
+
+/// `templates show` prints a built-in's Dockerfile (as comments after the
+/// YAML, or alone with `--dockerfile`), and `templates export` writes the
+/// built-in's files out for editing, all or nothing: by default into the
+/// user's template directory, where the copy is used in place of the built-in.
+#[test]
+fn templates_show_the_embedded_dockerfile_and_export_writes_it_out_for_editing() {
+    let env = Env::new();
+    let dockerfile = env.ok(&["templates", "show", "claude", "--dockerfile"]);
+    assert!(dockerfile.starts_with("FROM ") && dockerfile.contains("claude-code"), "{dockerfile}");
+    let shown = env.ok(&["templates", "show", "claude"]);
+    let first = dockerfile.lines().next().unwrap();
+    assert!(shown.contains(&format!("\n#   {first}\n")), "the Dockerfile follows as comments:\n{shown}");
+    let json: serde_json::Value = serde_json::from_str(&env.ok(&["templates", "show", "claude", "--json"])).unwrap();
+    assert_eq!(json["dockerfile"].as_str(), Some(dockerfile.as_str()));
+    let out = env.cmd(&["templates", "show", "shell", "--dockerfile"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"shell\" is not built from a Dockerfile"));
+
+    // Into a directory that holds a file: refused, nothing written.
+    let taken = env.mkdir("taken");
+    std::fs::write(taken.join("mine"), "x").unwrap();
+    let out = env.cmd(&["templates", "export", "claude", taken.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already holds files"), "{}", describe(&out));
+    assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 1);
+
+    // Into a new directory: the shipped files, byte for byte.
+    let dir = env.path("mine/claude");
+    let out = env.ok(&["templates", "export", "claude", dir.to_str().unwrap()]);
+    assert_eq!(out, format!("{}\n{}\n", dir.join("template.yaml").display(), dir.join("Dockerfile").display()));
+    assert_eq!(std::fs::read_to_string(dir.join("Dockerfile")).unwrap(), dockerfile);
+    assert!(std::fs::read_to_string(dir.join("template.yaml")).unwrap().contains("description: Claude Code"));
+
+    // By default into the user's template directory, which then wins.
+    env.ok(&["templates", "export", "codex"]);
+    let copy = env.dir.path().join("config/forage/templates/codex/template.yaml");
+    assert!(copy.is_file());
+    let listed = env.ok(&["templates"]);
+    let row = listed.lines().find(|l| l.trim_start().starts_with("codex ")).unwrap();
+    assert!(row.contains(copy.to_str().unwrap()), "the copy is used: {row}");
+    // Exporting again into the same place: refused, the user's edits kept.
+    std::fs::write(&copy, "description: edited\n").unwrap();
+    let out = env.cmd(&["templates", "export", "codex"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), "description: edited\n");
+    // A template of the user's own, not a built-in: nothing to export.
+    std::fs::write(env.dir.path().join("config/forage/templates/own.yaml"), "image: x\n").unwrap();
+    let out = env.cmd(&["templates", "export", "own", env.path("again").to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a built-in"), "{}", describe(&out));
+    assert!(!env.path("again").exists());
+}
