@@ -99,6 +99,12 @@ pub struct UpOptions {
     /// copied it then, and mounts the copy). Only the paths are kept.
     #[serde(default)]
     pub secrets: Vec<SecretFile>,
+    /// `up --task`/`--task-file`: the sandbox has a task, copied at `up` next
+    /// to the secrets' copies (`task_text` holds it until then; never saved).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub task: bool,
+    #[serde(skip)]
+    pub task_text: Option<String>,
 }
 
 /// A secret given on the command line: a name and where its value came from,

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Network;
-use crate::sandbox::{HostUncommitted, UpSpec, WorkspaceSpec};
+use crate::sandbox::{HostUncommitted, TaskSpec, UpSpec, WorkspaceSpec};
 use crate::template::DEFAULT_TEMPLATE;
 use crate::workspace::{Mode, WorkspaceRecord};
 
@@ -55,6 +55,13 @@ pub struct UpArgs {
     /// An extra environment variable for the agent (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// The agent's first task, as text: mounted read-only at /run/forage/task.md
+    /// and given to the agent as its template's `agent.task` says.
+    #[arg(long, value_name = "TEXT", conflicts_with = "task_file")]
+    pub task: Option<String>,
+    /// The agent's first task, from a file (read once, at up).
+    #[arg(long, value_name = "FILE")]
+    pub task_file: Option<PathBuf>,
     /// A secret for the agent, from a file or (NAME=env:VAR) a variable of forage's
     /// environment: copied once, mounted read-only at /run/secrets/NAME and
     /// exported to the agent where the template asks (repeatable).
@@ -135,6 +142,11 @@ impl UpArgs {
             start: !self.no_start,
             agent_args: self.agent_args,
             include_uncommitted: self.include_uncommitted,
+            task: match (self.task, self.task_file) {
+                (Some(text), _) => Some(TaskSpec::Text(text)),
+                (None, Some(file)) => Some(TaskSpec::File(file)),
+                (None, None) => None,
+            },
         })
     }
 }

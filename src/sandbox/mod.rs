@@ -33,7 +33,7 @@ pub use down::{DownOptions, DownReport, PlannedDown};
 pub use lifecycle::Restored;
 pub use plan::{ContainerPlan, SecretFile, UpOptions};
 pub use query::{not_found, Activity, SandboxRow, SandboxState, SandboxStatus, IDLE_AFTER};
-pub use request::{HostUncommitted, UpRequest, UpSpec, WorkspaceSpec};
+pub use request::{HostUncommitted, TaskSpec, UpRequest, UpSpec, WorkspaceSpec};
 pub use review::{Applied, DiffPart, DiffReport, LogReport, MergeRequest};
 pub use update::Updated;
 pub use wait::{Until, Waited, WaitedAll, WaitedNext};

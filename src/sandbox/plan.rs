@@ -62,6 +62,13 @@ impl ContainerPlan {
                 read_only: true,
             });
         }
+        if options.task {
+            mounts.push(Mount {
+                source: super::secrets::task_copy_path(secrets_dir),
+                target: inside::TASK_FILE.to_owned(),
+                read_only: true,
+            });
+        }
         Ok(ContainerPlan {
             image: image_source(template, options, settings, identity)?,
             memory_bytes: memory.bytes(),
@@ -195,7 +202,8 @@ pub(crate) fn container_spec(
     let t = &template.template;
     let mut command = t.agent.command.clone();
     command.extend(options.agent_args.iter().cloned());
-    let command = launcher::wrap(command, &plan.secret_env, !t.init.is_empty());
+    let task_args: &[String] = if options.task { &t.agent.task } else { &[] };
+    let command = launcher::wrap(command, &plan.secret_env, !t.init.is_empty(), task_args);
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match workspace {
         WorkspaceRecord::GitWorktree(g) => env.extend(git::identity_env(&g.repo)),

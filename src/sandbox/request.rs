@@ -56,6 +56,16 @@ pub struct UpSpec {
     /// git: the worktree starts with a copy of the uncommitted changes of
     /// the user's checkout.
     pub include_uncommitted: bool,
+    /// `--task TEXT` or `--task-file FILE`.
+    pub task: Option<TaskSpec>,
+}
+
+/// The agent's first task, as given to `up`.
+#[derive(Debug, Clone)]
+pub enum TaskSpec {
+    Text(String),
+    /// The file's path (read once, after every other check).
+    File(PathBuf),
 }
 
 /// The uncommitted changes of the user's checkout, which a git sandbox's
@@ -148,7 +158,10 @@ impl<R: Runtime> Engine<R> {
             allow_home: spec.allow_home,
             agent_args: spec.agent_args,
             secrets: self.secret_files(&spec.secrets)?,
+            task: spec.task.is_some(),
+            task_text: None,
         };
+        let task = spec.task.map(|t| self.task_source(&template, t)).transpose()?;
         let workspace = self.workspace_request(
             &spec.name,
             &spec.workspace,
@@ -159,7 +172,62 @@ impl<R: Runtime> Engine<R> {
         let (workspace, host_uncommitted) = uncommitted_of(workspace, spec.base.as_deref(), spec.include_uncommitted)?;
         let mut request = self.finish_request(spec.name, template, workspace, options, spec.start)?;
         request.host_uncommitted = host_uncommitted;
+        request.options.task_text = match task {
+            Some(TaskSpec::File(path)) => {
+                let mut paths = HostPath::of_mounts(
+                    &request.workspace_record().mounts(request.plan.read_only, &guard(&self.home, &self.settings)),
+                );
+                paths.extend(HostPath::of_mounts(&request.plan.mounts));
+                self.refuse_secret_in_reach(&path, "--task-file", &paths)?;
+                Some(super::secrets::read_task_file(&path)?)
+            }
+            Some(TaskSpec::Text(text)) => Some(text),
+            None => None,
+        };
         Ok(request)
+    }
+
+    /// `--task`/`--task-file`, checked before anything is made: a template
+    /// that says how its agent takes a task, a text neither empty nor over
+    /// `MAX_TASK_BYTES`, a regular file (canonical, read only later).
+    fn task_source(&self, template: &template::Resolved, task: TaskSpec) -> Result<TaskSpec> {
+        if template.template.agent.task.is_empty() {
+            return Err(Error::usage(format!(
+                "template {} does not say how its agent takes a task (`agent.task`); start the agent without --task and give it the task yourself, or add `agent.task` to the template",
+                template.name
+            )));
+        }
+        match task {
+            TaskSpec::Text(text) if text.trim().is_empty() => {
+                Err(Error::usage("--task is empty: give the agent's task as text, or --task-file FILE"))
+            }
+            TaskSpec::Text(text) if text.len() as u64 > super::secrets::MAX_TASK_BYTES => Err(Error::usage(format!(
+                "--task is larger than {} KiB; pass a shorter task",
+                super::secrets::MAX_TASK_BYTES >> 10
+            ))),
+            TaskSpec::Text(text) => Ok(TaskSpec::Text(text)),
+            TaskSpec::File(given) => {
+                let file = given.display().to_string();
+                let path = given.to_str().and_then(|f| self.settings.expand_tilde(f)).unwrap_or(given);
+                let meta = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                    .open(&path)
+                    .and_then(|f| f.metadata())
+                    .map_err(|e| Error::usage(format!("task file {file:?} cannot be read ({e})")))?;
+                if !meta.is_file() {
+                    return Err(Error::usage(format!("task file {file:?} is not a regular file")));
+                }
+                if meta.len() > super::secrets::MAX_TASK_BYTES {
+                    return Err(Error::usage(format!(
+                        "task file {file:?} is larger than {} KiB; a task is a prompt",
+                        super::secrets::MAX_TASK_BYTES >> 10
+                    )));
+                }
+                let path = path.canonicalize().map_err(|e| Error::usage(format!("task file {file:?}: {e}")))?;
+                Ok(TaskSpec::File(path))
+            }
+        }
     }
 
     /// A request for `restore --up`: a sandbox on the archive's work, with the

@@ -24,6 +24,41 @@ pub fn copy_path(dir: &Path, secret: &str) -> PathBuf {
     dir.join(secret)
 }
 
+/// Where the copy of `up --task`'s text is, in the sandbox's secrets
+/// directory `dir`: a name no secret can have (secret names start with a
+/// letter or digit).
+pub fn task_copy_path(dir: &Path) -> PathBuf {
+    dir.join(".task.md")
+}
+
+/// The largest task forage takes: a prompt, not a document.
+pub const MAX_TASK_BYTES: u64 = 1 << 20;
+
+/// Writes the task's text into `dir` (made by `copy_all`), mode 0600.
+pub fn copy_task(text: &str, dir: &Path) -> Result<()> {
+    let copy = task_copy_path(dir);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&copy)
+        .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
+    std::io::Write::write_all(&mut file, text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))
+}
+
+/// `up --task-file FILE`'s text: read once, as a secret file is (no symlink on
+/// the way, a regular file, bounded), and UTF-8.
+pub fn read_task_file(path: &Path) -> Result<String> {
+    let bytes = read_value(&SecretFile::from_file("task", path.to_owned()))?;
+    if bytes.len() as u64 > MAX_TASK_BYTES {
+        return Err(Error::usage(format!("task file {} is larger than {} KiB", path.display(), MAX_TASK_BYTES >> 10)));
+    }
+    String::from_utf8(bytes).map_err(|_| Error::usage(format!("task file {} is not UTF-8 text", path.display())))
+}
+
 /// Copies each of `secrets` into `dir` (made here, mode 0700; each copy 0600),
 /// reading each through no symlink (its path was made canonical when `up`
 /// checked it), as a regular file of at most `MAX_SECRET_BYTES`.

@@ -148,6 +148,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         read_only: false,
         allow_home: false,
         start: true,
+        task: None,
         agent_args: Vec::new(),
         include_uncommitted: false,
     };

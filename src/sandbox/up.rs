@@ -132,14 +132,19 @@ impl<R: Runtime> Engine<R> {
     /// Copies the `--secret` files into FORAGE_HOME/secrets/<name>, which the
     /// container mounts: the files they came from are never read again.
     pub(crate) async fn copy_secrets(&self, record: &mut Record) -> Result<()> {
-        if record.options.secrets.is_empty() {
+        if record.options.secrets.is_empty() && record.options.task_text.is_none() {
             return Ok(());
         }
         self.step("copying the secret files");
         self.begin(record, Step::Secrets)?;
         self.home.ensure_secrets_dir()?;
         let (secrets, dir) = (record.options.secrets.clone(), self.home.secrets_dir().join(record.name.as_str()));
-        super::blocking(move || super::secrets::copy_all(&secrets, &dir)).await?;
+        let task = record.options.task_text.clone();
+        super::blocking(move || {
+            super::secrets::copy_all(&secrets, &dir)?;
+            task.map_or(Ok(()), |text| super::secrets::copy_task(&text, &dir))
+        })
+        .await?;
         self.checkpoint(Step::Secrets.checkpoint()).await
     }
 

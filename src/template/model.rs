@@ -171,6 +171,12 @@ pub struct Agent {
     /// appears in the container's configuration.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
+    /// How the agent takes `up --task`: arguments appended to its command
+    /// when a task is given, in which an argument `{task}` stands for the
+    /// task's text and `{task_file}` for the file holding it (read inside the
+    /// container, so the text is never in the container's configuration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -349,14 +355,14 @@ fn check_agent(agent: &Agent, init: &[String]) -> Result<(), String> {
 fn check_mounts(mounts: &[MountSpec]) -> Result<(), String> {
     for m in mounts {
         let target = std::path::Path::new(&m.target);
-        let reserved = [inside::WORKSPACE, inside::SECRETS_DIR];
+        let reserved = [inside::WORKSPACE, inside::SECRETS_DIR, inside::FORAGE_RUN_DIR];
         if !target.is_absolute()
             || target.parent().is_none()
             || target.components().any(|c| matches!(c, std::path::Component::ParentDir))
             || reserved.iter().any(|r| target.starts_with(r))
         {
             return Err(format!(
-                "mounts: target {:?} must be an absolute path without '..', outside /workspace and /run/secrets",
+                "mounts: target {:?} must be an absolute path without '..', outside /workspace, /run/secrets and /run/forage",
                 m.target
             ));
         }

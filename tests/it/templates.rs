@@ -219,6 +219,86 @@ fn a_secret_from_an_environment_variable_reaches_the_agent_alone() {
     env.assert_nothing_left();
 }
 
+/// `up --task`/`--task-file`: the text lands read-only at
+/// /run/forage/task.md and reaches the agent as its template's `agent.task`
+/// says, read inside (never in `docker inspect`); bad tasks are refused
+/// before anything is made; `reset` keeps the task; `down` leaves nothing.
+#[test]
+fn a_task_reaches_the_agent_the_way_its_template_says() {
+    let env = Env::new();
+    let image = shell_image(&env);
+    let dir = env.path("tpl");
+    let agent = "printf '%s' \"$1\" > /workspace/.got; mv /workspace/.got /workspace/got; cp \"$2\" /workspace/file; exec sleep 1000";
+    write(
+        &dir.join("tasked.yaml"),
+        &format!(
+            "image: {image}\nagent:\n  command: [sh, -c, {agent:?}, agent]\n  task: ['{{task}}', '{{task_file}}']\n"
+        ),
+    );
+    write(&dir.join("plain.yaml"), &format!("image: {image}\nagent: {{command: [sleep, '1000']}}\n"));
+    let ws = env.mkdir("ws");
+    let w = ws.to_str().unwrap();
+    let run = |args: &[&str]| env.cmd(args).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+    let task = format!("fix it: 'quoted' \"$HOME\" `x` {}\nsecond line", std::process::id());
+
+    // Refused before anything is made: a template that takes no task, an
+    // empty task, a task file the agent writes.
+    let in_ws = write(&ws.join("task.md"), "planted");
+    for (args, needle) in [
+        (vec!["up", "tk", "-t", "plain", "--workspace", w, "--task", "x"], "does not say how its agent takes a task"),
+        (vec!["up", "tk", "-t", "tasked", "--workspace", w, "--task", " "], "--task is empty"),
+        (
+            vec!["up", "tk", "-t", "tasked", "--workspace", w, "--task-file", in_ws.to_str().unwrap()],
+            "which this sandbox's agent writes",
+        ),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{}", describe(&out));
+        env.assert_nothing_left();
+    }
+    std::fs::remove_file(&in_ws).unwrap();
+
+    let out = run(&["up", "tk", "-t", "tasked", "--workspace", w, "--task", &task]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(eventually(10, || ws.join("got").exists()));
+    assert_eq!(std::fs::read_to_string(ws.join("got")).unwrap(), task, "{{task}} is the text, as one argument");
+    assert!(
+        eventually(10, || std::fs::read_to_string(ws.join("file")).is_ok_and(|f| f == task)),
+        "{{task_file}} is its file"
+    );
+    let out = env.ok(&[
+        "exec",
+        "tk",
+        "--",
+        "sh",
+        "-c",
+        "(echo x > /run/forage/task.md) 2>/dev/null && echo WRITABLE; cat /run/forage/task.md",
+    ]);
+    assert_eq!(out, task, "the task file is read-only");
+    let inspected = serde_json::to_string(&inspect("forage-tk").unwrap()).unwrap();
+    assert!(!inspected.contains(&std::process::id().to_string()), "the task's text is in docker inspect");
+    let copy = env.home.join("secrets/tk/.task.md");
+    for file in env.home_files().into_iter().filter(|f| f != &copy) {
+        assert!(!std::fs::read_to_string(&file).unwrap_or_default().contains(&task), "task in {}", file.display());
+    }
+    // `reset` makes the container again with the same task.
+    std::fs::remove_file(ws.join("got")).unwrap();
+    let out = env.cmd(&["reset", "tk"]).env("FORAGE_TEMPLATES_PATH", &dir).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(eventually(10, || std::fs::read_to_string(ws.join("got")).is_ok_and(|g| g == task)));
+    env.ok(&["down", "tk"]);
+
+    // From a file outside every workspace: read once, at `up`.
+    let file = write(&env.path("tasks/t.md"), "from a file");
+    let out = run(&["up", "tk", "-t", "tasked", "--workspace", w, "--task-file", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    std::fs::write(&file, "changed later").unwrap();
+    assert_eq!(env.ok(&["exec", "tk", "--", "cat", "/run/forage/task.md"]), "from a file");
+    env.ok(&["down", "tk"]);
+    env.assert_nothing_left();
+}
+
 #[test]
 fn limits_network_and_read_only_policies_reach_the_container() {
     let env = Env::new();
