@@ -127,7 +127,7 @@ let
 
   isAbsolute = p: isString p && hasPrefix "/" p;
 
-  # mounts[].target: absolute, not "/", no "..", outside /workspace and /run/secrets.
+  # mounts[].target: absolute, not "/", no "..", outside /workspace, /run/secrets and /run/forage.
   isMountTarget =
     target:
     let
@@ -141,6 +141,10 @@ let
     && !(under [
       "run"
       "secrets"
+    ])
+    && !(under [
+      "run"
+      "forage"
     ]);
 
   # ---------------------------------------------------------------- templates
@@ -168,6 +172,7 @@ let
       program = agentProgram t;
       command = (if nonNull program then [ program ] else agent.command or [ ]) ++ (agent.args or [ ]);
       secrets = agent.secrets or { };
+      task = agent.task or [ ];
       build = t.build or null;
       hostImage =
         if nonNull (t.hostImage or null) then
@@ -192,7 +197,8 @@ let
         inherit command;
         env = agent.env or { };
       }
-      // optionalAttrs (secrets != { }) { inherit secrets; };
+      // optionalAttrs (secrets != { }) { inherit secrets; }
+      // optionalAttrs (task != [ ]) { inherit task; };
       workspace.read_only = (t.workspace or { }).readOnly or defaults.workspaceReadOnly;
       network = t.network or defaults.network;
       resources = {
@@ -257,7 +263,7 @@ let
     ) (attrNames (agent.secrets or { }))
     ++ concatMap (
       m:
-      optional (!isMountTarget m.target) "${at}: mounts: target \"${m.target}\" must be an absolute path without '..', outside /workspace and /run/secrets"
+      optional (!isMountTarget m.target) "${at}: mounts: target \"${m.target}\" must be an absolute path without '..', outside /workspace, /run/secrets and /run/forage"
     ) (t.mounts or [ ])
     ++ optional (isNull (memoryBytes r.memory)) "${at}: resources.memory \"${toString r.memory}\": use a number with k, m or g, at least 6m (e.g. 4g)"
     ++ optional (!(r.cpus > 0)) "${at}: resources.cpus must be above 0"

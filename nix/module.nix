@@ -145,6 +145,16 @@ let
             `docker inspect` and in the Nix store: never put secrets here.
           '';
         };
+        task = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [ "{task}" ];
+          description = ''
+            How the agent takes `up --task`: arguments appended to its command
+            when a task is given; `{task}` is the task's text, `{task_file}`
+            the file holding it (read inside the container).
+          '';
+        };
         secrets = mkOption {
           type = types.attrsOf types.str;
           default = { };

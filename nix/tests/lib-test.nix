@@ -153,6 +153,7 @@ let
         "/./workspace"
         "/run/secrets"
         "/run/secrets/k"
+        "/run/forage/task.md"
         "/a/../b"
         # these are fine
         "/workspace2"

@@ -106,6 +106,10 @@ in
             args = [ "--yes" ];
             env.LOG = "debug";
             secrets.API_KEY = "api";
+            task = [
+              "--message-file"
+              "{task_file}"
+            ];
           };
           workspace.readOnly = true;
           network = "none";
