@@ -16,6 +16,7 @@ use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
+use super::build_needs;
 use super::docker::merge_identity;
 use super::HostImage;
 use super::{Identity, AGENT_HOME};
@@ -152,6 +153,7 @@ pub async fn ensure_built_image(
     context: &BuildContext,
     progress: &dyn Progress,
 ) -> Result<String> {
+    let needs = build_needs::network_needs(&dockerfile_text(context));
     let context = context.clone();
     let (tar, dockerfile) =
         tokio::task::spawn_blocking(move || context_tar(&context)).await.map_err(Error::other)??;
@@ -180,10 +182,10 @@ pub async fn ensure_built_image(
                 bollard::errors::Error::DockerStreamError { error } => error,
                 other => other.to_string(),
             };
-            build_failed(template, &detail, &last_lines)
+            build_failed(template, &reference, &needs, &detail, &last_lines)
         })?;
         if let Some(err) = info.error_detail.and_then(|d| d.message) {
-            return Err(build_failed(template, &err, &last_lines));
+            return Err(build_failed(template, &reference, &needs, &err, &last_lines));
         }
         if let Some(line) = info.stream.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
             progress.step(&format!("building {reference}: {line}"));
@@ -197,12 +199,43 @@ pub async fn ensure_built_image(
     Ok(reference)
 }
 
-fn build_failed(template: &str, error: &str, last_lines: &[String]) -> Error {
+/// A failed build, with every network source its Dockerfile needs and the
+/// ways to do without them (a build offline fails at the first it reaches).
+fn build_failed(template: &str, reference: &str, needs: &[String], error: &str, last_lines: &[String]) -> Error {
     let tail = if last_lines.is_empty() { String::new() } else { format!("\n{}", last_lines.join("\n")) };
+    let needed = if needs.is_empty() {
+        "if it failed pulling its base image, that image must be in the engine or reachable in a registry".to_owned()
+    } else {
+        format!("its Dockerfile needs, from the network: {}", needs.join(", "))
+    };
     Error::other(format!(
-        "building the image of template {template:?} failed: {}; if it failed pulling its base image, that image must be in the engine or reachable in a registry{tail}",
+        "building the image of template {template:?} failed: {}; {needed}. Without them: `up --image IMAGE` with an image already in the engine that holds the agent; or build where they are reachable and bring the image here (`docker save {reference}` there, `docker load` here: forage uses an image of that exact tag as it is); or `forage-ctl templates export {template}` and a Dockerfile that needs only what you have{tail}",
         error.trim()
     ))
+}
+
+/// The text of the Dockerfile a build uses (empty when it cannot be read:
+/// the build itself will say why).
+fn dockerfile_text(context: &BuildContext) -> String {
+    match context {
+        BuildContext::Embedded { dockerfile } => (*dockerfile).to_owned(),
+        BuildContext::Dir { dir, dockerfile } => {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            // Never blocking on a FIFO, never more than a Dockerfile's worth.
+            let mut text = String::new();
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(dir.join(dockerfile));
+            if let Ok(file) = file.and_then(|f| f.metadata().map(|m| (f, m.is_file()))) {
+                if file.1 {
+                    let _ = file.0.take(1 << 20).read_to_string(&mut text);
+                }
+            }
+            text
+        }
+    }
 }
 
 /// One tar entry, deterministic (no times, root's unless said).

@@ -2,6 +2,7 @@
 //! can be unit-tested with a fake, and one real implementation over the Docker
 //! Engine API (`docker.rs`), plus the offline image builder (`image.rs`).
 
+mod build_needs;
 pub mod docker;
 pub mod image;
 pub mod seccomp;

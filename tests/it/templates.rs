@@ -494,6 +494,16 @@ fn builtin_agent_templates_need_a_registry_and_say_so() {
         stderr.contains("template \"claude\"") && stderr.contains("registry") && stderr.contains("FROM node:"),
         "{stderr}"
     );
+    // Every place the build needs, not only the first it failed at, and each
+    // way to do without them, the exact tag to bring included.
+    for needed in [
+        "its Dockerfile needs, from the network: the base image node:22-bookworm-slim (from Docker Hub), the distribution's package mirror (apt-get), the npm registry (npm)",
+        "`up --image IMAGE`",
+        "`docker save forage-build/claude:",
+        "`forage-ctl templates export claude`",
+    ] {
+        assert!(stderr.contains(needed), "{needed:?} missing from:\n{stderr}");
+    }
     env.assert_nothing_left();
 }
 
