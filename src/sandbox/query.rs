@@ -14,7 +14,7 @@ use crate::record::{Record, RecordState};
 use crate::runtime::{ContainerDetails, ContainerState, ContainerSummary, Runtime};
 use crate::store::Problem;
 use crate::workspace::dirty_memo::Memo;
-use crate::workspace::{AtStake, Mode, Synced, WorkCounts, WorkspaceStatus};
+use crate::workspace::{AtStake, Count, Mode, Synced, WorkCounts, WorkspaceStatus};
 
 /// Where a sandbox stands, as `list` and `status` show it: its container's
 /// state, or what forage knows better.
@@ -101,11 +101,23 @@ pub struct SandboxRow {
     pub agent: Option<Activity>,
     /// The agent's exit code, once it exited.
     pub exit_code: Option<i64>,
-    /// Commits (jj: changes) of the agent's on the host since the base, as of
-    /// the last sync (`list` only; `null` for a direct workspace).
+    /// Commits of the agent's since the base, synced or not (jj: changes, as
+    /// of the last sync) (`list` only; `null` for a direct workspace, and
+    /// when it cannot be known without a sync: see `ahead_unknown`).
     pub ahead: Option<usize>,
-    /// Uncommitted files (jj: as of the last sync) (`list` only).
+    /// Set when `ahead` is a lower bound: the agent has more commits since
+    /// the last sync than `list` reads.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ahead_at_least: bool,
+    /// Why `ahead` cannot be known without a sync (shown as `?`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead_unknown: Option<String>,
+    /// Uncommitted files: those that differ from the agent's HEAD (jj: as of
+    /// the last sync) (`list` only).
     pub dirty: Option<usize>,
+    /// Why `dirty` cannot be known without a sync (shown as `?`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty_unknown: Option<String>,
 }
 
 impl SandboxRow {
@@ -123,7 +135,23 @@ impl SandboxRow {
             agent: None,
             exit_code: None,
             ahead: None,
+            ahead_at_least: false,
+            ahead_unknown: None,
             dirty: None,
+            dirty_unknown: None,
+        }
+    }
+
+    /// `list`'s AHEAD and DIRTY.
+    fn set_counts(&mut self, counts: WorkCounts) {
+        match counts.ahead {
+            Count::Exact(n) => self.ahead = Some(n),
+            Count::AtLeast(n) => (self.ahead, self.ahead_at_least) = (Some(n), true),
+            Count::Unknown(why) => self.ahead_unknown = Some(why),
+        }
+        match counts.dirty {
+            Count::Exact(n) | Count::AtLeast(n) => self.dirty = Some(n),
+            Count::Unknown(why) => self.dirty_unknown = Some(why),
         }
     }
 
@@ -140,7 +168,10 @@ impl SandboxRow {
             agent: None,
             exit_code: None,
             ahead: None,
+            ahead_at_least: false,
+            ahead_unknown: None,
             dirty: None,
+            dirty_unknown: None,
         }
     }
 }
@@ -201,8 +232,9 @@ impl<R: Runtime> Engine<R> {
             let container = by_sandbox.remove(r.name.as_str());
             let status = self.state_of(r, container.as_ref().map(|c| c.state))?;
             let mut row = SandboxRow::new(r, status);
-            row.ahead = counts.map(|c| c.ahead);
-            row.dirty = counts.map(|c| c.dirty);
+            if let Some(counts) = counts {
+                row.set_counts(counts);
+            }
             if let Some(c) = &container {
                 row.exit_code = c.exit_code;
                 row.agent = match c.state {

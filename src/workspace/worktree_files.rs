@@ -689,10 +689,15 @@ impl WorktreeFiles {
     /// The paths that differ from `tree` (added, changed or removed), sorted;
     /// a file too big to read counts as changed.
     pub fn changed_since(&self, repo: &Repository, tree: Option<&Tree>) -> Result<Vec<String>> {
-        let mut committed: HashMap<Vec<u8>, (u32, Oid)> = match tree {
+        let committed: HashMap<Vec<u8>, (u32, Oid)> = match tree {
             Some(tree) => tree_files(repo, tree)?,
             None => HashMap::new(),
         };
+        Ok(self.changed_against(committed))
+    }
+
+    /// `changed_since`, against the committed files by path: (mode, id).
+    pub fn changed_against(&self, mut committed: HashMap<Vec<u8>, (u32, Oid)>) -> Vec<String> {
         let mut changed: Vec<String> = Vec::new();
         for f in &self.files {
             if committed.remove(&f.path) != Some((f.mode, f.id)) {
@@ -705,7 +710,7 @@ impl WorktreeFiles {
         }
         changed.extend(committed.into_keys().map(|p| String::from_utf8_lossy(&p).into_owned()));
         changed.sort();
-        Ok(changed)
+        changed
     }
 }
 

@@ -918,7 +918,8 @@ impl Workspace for JjWorkspace {
             return None;
         }
         let ahead = self.last_sync().map_or(0, |s| s.changes);
-        Some(super::WorkCounts { ahead, dirty: self.changed_files().ok()?.len() })
+        let dirty = self.changed_files().ok()?.len();
+        Some(super::WorkCounts { ahead: super::Count::Exact(ahead), dirty: super::Count::Exact(dirty) })
     }
 }
 
