@@ -221,9 +221,7 @@ impl<R: Runtime> Engine<R> {
         let (listed, (mut counts, memos)) = tokio::join!(listing, counts_of(workspaces));
         let (containers, idle) = listed?;
         // Only once the engine answered: a `list` that fails changes nothing.
-        for (name, private, memo) in memos {
-            save_memo(&self.home, &name, &private, &memo);
-        }
+        save_memos(&self.home, memos).await;
         counts.resize(records.len(), None);
         let mut by_sandbox: HashMap<String, ContainerSummary> =
             containers.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
@@ -415,6 +413,29 @@ async fn counts_of(
         memos.extend(made);
     }
     (counts, memos)
+}
+
+/// Saves the memos on the blocking pool, a lane per core as they were made:
+/// each is a lock taken and released and a file written and renamed, which
+/// one after another on this thread was most of a `list` that remembered
+/// nothing (docs/benchmarks.md, the cold row).
+async fn save_memos(home: &crate::store::Home, mut memos: Vec<(SandboxName, PathBuf, Memo)>) {
+    if memos.is_empty() {
+        return;
+    }
+    let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(memos.len());
+    let per_lane = memos.len().div_ceil(lanes);
+    let mut tasks = Vec::new();
+    while !memos.is_empty() {
+        let lane = memos.split_off(memos.len().saturating_sub(per_lane));
+        let home = home.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            for (name, private, memo) in lane {
+                save_memo(&home, &name, &private, &memo);
+            }
+        }));
+    }
+    futures_util::future::join_all(tasks).await;
 }
 
 /// Saves a memo of sandbox `name`'s DIRTY count for the next `list`: only while

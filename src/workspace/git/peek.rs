@@ -21,6 +21,9 @@ use crate::workspace::untrusted::{Dir, Kind};
 pub const MAX_UNSYNCED: usize = 1000;
 /// The largest object `list` reads of the agent's (a commit or a tree).
 const MAX_OBJECT: usize = 16 << 20;
+/// The most `list` reads of the agent's objects for one sandbox, in all
+/// (a thousand commits with long messages, or a large tree, fit).
+const MAX_READ: usize = 64 << 20;
 /// The most tree entries read to know the agent's HEAD's files (a tree that
 /// names one subtree many times counts each time).
 const MAX_TREE_ENTRIES: usize = 2_000_000;
@@ -141,13 +144,16 @@ pub struct Peek<'a> {
     host: &'a Repository,
     odb: Odb<'a>,
     agent: AgentObjects,
+    /// How many more bytes of the agent's objects may be read (`MAX_READ`).
+    left: std::cell::Cell<usize>,
 }
 
 impl<'a> Peek<'a> {
     /// `objects` is the agent's `objects/` directory, if it has one.
     pub fn new(host: &'a Repository, objects: Option<Dir>) -> Result<Peek<'a>, String> {
         let odb = host.odb().map_err(|e| e.message().to_owned())?;
-        Ok(Peek { host, odb, agent: AgentObjects::loose_only(objects, MAX_OBJECT) })
+        let agent = AgentObjects::loose_only(objects, MAX_OBJECT);
+        Ok(Peek { host, odb, agent, left: std::cell::Cell::new(MAX_READ) })
     }
 
     fn in_host(&self, id: Oid) -> bool {
@@ -156,7 +162,13 @@ impl<'a> Peek<'a> {
 
     /// The agent's object `id`, which must be a `want`.
     fn agent_object(&self, id: Oid, want: ObjectType) -> Result<Vec<u8>, String> {
-        match self.agent.read(id)? {
+        let object = self.agent.read(id)?;
+        let size = object.as_ref().map_or(0, |(_, data)| data.len());
+        if size > self.left.get() {
+            return Err(format!("more than {} MiB of the agent's objects to read", MAX_READ >> 20));
+        }
+        self.left.set(self.left.get() - size);
+        match object {
             Some((kind, data)) if kind == want => Ok(data),
             Some((kind, _)) => Err(format!("{id} is a {kind}, where a {want} belongs")),
             None => Err(format!("{want} {id} is not among the agent's loose objects (packed, or missing)")),
