@@ -415,10 +415,10 @@ async fn counts_of(
     (counts, memos)
 }
 
-/// Saves the memos on the blocking pool, a lane per core as they were made:
-/// each is a lock taken and released and a file written and renamed, which
-/// one after another on this thread was most of a `list` that remembered
-/// nothing (docs/benchmarks.md, the cold row).
+/// Saves the memos on the blocking pool, a lane per core (most of what a
+/// `list` that remembered nothing spent beyond its walks was saving them one
+/// after another on this thread, each under a lock file made and deleted:
+/// docs/benchmarks.md, the cold row).
 async fn save_memos(home: &crate::store::Home, mut memos: Vec<(SandboxName, PathBuf, Memo)>) {
     if memos.is_empty() {
         return;
@@ -438,15 +438,20 @@ async fn save_memos(home: &crate::store::Home, mut memos: Vec<(SandboxName, Path
     futures_util::future::join_all(tasks).await;
 }
 
-/// Saves a memo of sandbox `name`'s DIRTY count for the next `list`: only while
-/// no `up` or `down` holds the sandbox and its record is still there, so that
-/// it never lands in a private directory being removed. A memo not saved only
-/// costs the next `list` a walk.
+/// Saves a memo of sandbox `name`'s DIRTY count for the next `list`, holding
+/// the lock of its private directory (`Dir::lock`), which the directory's
+/// removal waits for (`untrusted::remove_locked_dir`): so it never lands in a
+/// private directory being removed. Only while the record is there, and only
+/// where forage keeps this sandbox's private files, whatever a record says. A
+/// memo not saved only costs the next `list` a walk.
 fn save_memo(home: &crate::store::Home, name: &SandboxName, private: &Path, memo: &Memo) {
-    let Ok(Some(_lock)) = home.try_lock_sandbox(name) else { return };
-    // Only where forage keeps this sandbox's private files, whatever a record says.
-    if private == home.private_dir_of(name) && home.record_path(name).exists() && private.is_dir() {
-        if let Err(e) = memo.save(private) {
+    if private != home.private_dir_of(name) {
+        return;
+    }
+    let Ok(dir) = crate::workspace::untrusted::Dir::open(private) else { return };
+    let Ok(Some(_held)) = dir.lock(false) else { return };
+    if home.record_path(name).exists() {
+        if let Err(e) = memo.save(&dir) {
             tracing::debug!("not remembering the counts of {name}: {e}");
         }
     }

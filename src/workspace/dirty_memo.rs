@@ -18,9 +18,9 @@
 //! FIFO, an unreadable file, a name git refuses) is not remembered at all.
 //!
 //! The memo lives in FORAGE_HOME/private/NAME, which no container mounts, and
-//! is written under the sandbox's lock (see `query::save_memo`), so it never
-//! appears in a directory a `down` is removing. It is rewritten in place, with
-//! a digest that a half-written memo fails.
+//! is written holding that directory's lock (see `query::save_memo`), which
+//! its removal waits for, so it never appears in a directory being removed.
+//! It is rewritten in place, with a digest that a half-written memo fails.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -150,20 +150,14 @@ impl Memo {
         decode(&bytes)
     }
 
-    /// Writes the memo over the last one, in place: no new file is made and
-    /// none deleted, which at every `list` that remembered nothing made ext4
-    /// look further for a free inode (it skips those deleted lately). A reader
+    /// Writes the memo into `private` (the sandbox's private directory, held
+    /// open) over the last one, in place: no file is made and none deleted,
+    /// which ext4 makes costly when done for every sandbox at every `list` (it
+    /// looks further for a free inode the more were deleted lately). A reader
     /// that catches it half written finds its digest wrong and walks instead.
-    pub fn save(&self, private: &Path) -> std::io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
+    pub fn save(&self, private: &Dir) -> std::io::Result<()> {
         let bytes = encode(self);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(private.join(FILE))?;
+        let mut file = private.open_write(FILE)?;
         file.write_all(&bytes)?;
         file.set_len(bytes.len() as u64)
     }
@@ -381,7 +375,7 @@ mod tests {
     fn a_memo_survives_its_file_and_holds_while_nothing_changes() {
         let t = tree();
         let memo = memo_of(t.path(), KEY);
-        memo.save(t.path()).unwrap();
+        memo.save(&Dir::open(t.path()).unwrap()).unwrap();
         let loaded = Memo::load(t.path()).expect("the memo reads back");
         assert_eq!(loaded, memo);
         // The memo's own file is new in the top directory: stamp it after saving.
@@ -436,7 +430,7 @@ mod tests {
     fn a_damaged_memo_file_is_no_memo() {
         let t = tree();
         let memo = memo_of(t.path(), KEY);
-        memo.save(t.path()).unwrap();
+        memo.save(&Dir::open(t.path()).unwrap()).unwrap();
         let bytes = std::fs::read(t.path().join(FILE)).unwrap();
         for cut in [0, MAGIC.len(), bytes.len() / 2, bytes.len() - 1] {
             std::fs::write(t.path().join(FILE), &bytes[..cut]).unwrap();
@@ -454,10 +448,10 @@ mod tests {
     fn a_memo_is_rewritten_in_place_over_a_longer_one() {
         let t = tree();
         let long = memo_of(t.path(), KEY);
-        long.save(t.path()).unwrap();
+        long.save(&Dir::open(t.path()).unwrap()).unwrap();
         let inode = std::fs::metadata(t.path().join(FILE)).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
         let short = Memo { key: KEY, dirty: 1, dirs: Vec::new() };
-        short.save(t.path()).unwrap();
+        short.save(&Dir::open(t.path()).unwrap()).unwrap();
         assert_eq!(Memo::load(t.path()), Some(short));
         let now = std::fs::metadata(t.path().join(FILE)).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
         assert_eq!(now, inode, "no new file");

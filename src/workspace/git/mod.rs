@@ -331,7 +331,8 @@ impl GitWorkspace {
     /// Removes the private repository (only under `private_root`).
     pub fn remove_private(&self, private_root: &Path) -> Result<()> {
         match &self.private {
-            Some(dir) => remove_created_dir(dir, private_root).map_err(ws_err),
+            // `list` writes its memo there holding the directory's lock.
+            Some(dir) => super::untrusted::remove_locked_dir(dir, private_root).map_err(ws_err),
             None => Ok(()),
         }
     }
@@ -496,23 +497,11 @@ impl GitWorkspace {
         repo: &Repository,
         rules: &worktree_files::HostRules,
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let (changed, skipped, _) = self.uncommitted_observed(repo, rules, false)?;
-        Ok((changed, skipped))
-    }
-
-    /// `uncommitted_in`, and (with `observe`) the stat data of everything that
-    /// decided it, for a memo of the count (`dirty_memo`).
-    fn uncommitted_observed(
-        &self,
-        repo: &Repository,
-        rules: &worktree_files::HostRules,
-        observe: bool,
-    ) -> Result<(Vec<String>, Vec<String>, super::dirty_memo::Observed)> {
-        let Some((files, observed)) = self.read_worktree(repo, rules, observe)? else { return Ok(Default::default()) };
+        let Some((files, _)) = self.read_worktree(repo, rules, false)? else { return Ok(Default::default()) };
         let tree = self.tip(repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
         let changed = files.changed_since(repo, tree.as_ref())?;
         let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
-        Ok((changed, skipped, observed))
+        Ok((changed, skipped))
     }
 
     /// The worktree's files, read with the host view's index (its stat data
