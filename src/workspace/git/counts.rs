@@ -36,11 +36,12 @@ impl GitWorkspace {
             None => None,
         }
         .or_else(|| Oid::from_str(&self.base).ok());
-        let last_synced = private.last_synced().or_else(|| Oid::from_str(&self.base).ok());
+        // Read only when the agent's tip is not the host's (usually it is).
+        let last_synced = || private.last_synced().or_else(|| Oid::from_str(&self.base).ok());
         let ahead = match agent.branch {
             AgentRef::Unreadable(why) => Count::Unknown(format!("the agent's branch: {why}")),
             // What the next sync brings: a tip the agent moved since the last one.
-            AgentRef::Commit(tip) if Some(tip) != host_tip && Some(tip) != last_synced => {
+            AgentRef::Commit(tip) if Some(tip) != host_tip && Some(tip) != last_synced() => {
                 match peek.get().and_then(|p| p.unsynced(tip)) {
                     Ok(Unsynced::More) => Count::AtLeast(MAX_UNSYNCED),
                     Ok(Unsynced::Counted { commits, joins }) => match ahead_of(shared, repo, &joins, upstream) {

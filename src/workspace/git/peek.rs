@@ -83,23 +83,24 @@ fn read_file(git: &Dir, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String
     };
     let mut at = git.try_clone().map_err(|e| e.to_string())?;
     for (i, part) in parents.into_iter().flat_map(|p| p.split('/')).enumerate() {
-        at = match at.kind(part).map_err(|e| e.to_string())? {
-            Some(Kind::Dir) => match at.dir(part).map_err(|e| e.to_string())? {
-                Some(dir) => dir,
-                None => return Ok(None),
-            },
-            None => return Ok(None),
-            Some(_) => {
+        // Opened first (the usual case); only when that fails, told apart:
+        // absent, or something else (a symlink) in the way.
+        at = match at.dir(part).map_err(|e| e.to_string())? {
+            Some(dir) => dir,
+            None if at.kind(part).map_err(|e| e.to_string())?.is_none() => return Ok(None),
+            None => {
                 let shown = rel.split('/').take(i + 1).collect::<Vec<_>>().join("/");
                 return Err(format!("{shown} is not a directory (a symlink?)"));
             }
         };
     }
-    match at.kind(name).map_err(|e| e.to_string())? {
-        None => Ok(None),
-        Some(Kind::File) => at.read(name, limit).map_err(|e| e.to_string()),
-        Some(Kind::Symlink) => Err(format!("{rel} is a symlink")),
-        Some(_) => Err(format!("{rel} is not a file")),
+    match at.read(name, limit).map_err(|e| e.to_string())? {
+        Some(bytes) => Ok(Some(bytes)),
+        None => match at.kind(name).map_err(|e| e.to_string())? {
+            None => Ok(None),
+            Some(Kind::Symlink) => Err(format!("{rel} is a symlink")),
+            Some(_) => Err(format!("{rel} is not a file")),
+        },
     }
 }
 
