@@ -48,7 +48,8 @@ def update(a, rows):
             raise SystemExit(f"{a.out} has no row {label!r} to update: run the whole benchmark")
         lines[at[0]] = row_line(a.results, key, label, goal, limit)
         done.append(key)
-    note = f"- rows rerun alone (`ROWS=…`) at commit {a.built}: {', '.join(done)}"
+    load = os.getloadavg()[0]
+    note = f"- rows rerun alone (`ROWS=…`) at commit {a.built}, load average {load:.1f} at the end: {', '.join(done)}"
     lines = [l for l in lines if not l.startswith("- rows rerun alone")]
     machine = next(i for i, l in enumerate(lines) if "(release build)" in l)
     lines.insert(machine + 1, note)
