@@ -26,6 +26,10 @@ LARGE_RUNS = int(os.environ.get("LARGE_RUNS", "3"))
 PARALLEL = int(os.environ.get("PARALLEL", "16"))
 LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").split()]
 LIST_RUNNING = int(os.environ.get("LIST_RUNNING", "10"))
+# Which groups of rows to run (all by default): ROWS="list" runs the warm and
+# cold list rows alone, and lifecycle.sh then rewrites only their lines.
+GROUPS = ("lifecycle", "parallel", "list", "list-running", "large")
+ROWS = os.environ.get("ROWS", " ".join(GROUPS)).split()
 FLOOR = os.path.join(WORK, "floor")
 HOME = os.environ["FORAGE_HOME"]
 LABEL = "forage-bench=1"
@@ -202,14 +206,22 @@ def nothing():
     pass
 
 
+def wanted(group):
+    return group in ROWS
+
+
 def main():
+    unknown = [r for r in ROWS if r not in GROUPS]
+    if unknown:
+        sys.exit(f"ROWS names {unknown}: the groups are {' '.join(GROUPS)}")
     os.makedirs(RESULTS, exist_ok=True)
     os.makedirs(FLOOR, exist_ok=True)
     print("==> preparing: repositories and images", flush=True)
     repo = os.path.join(WORK, "repo")
     make_repo(repo, 50)
     jj_repo = os.path.join(WORK, "jj-repo")
-    make_jj_repo(jj_repo, 50)
+    if wanted("lifecycle"):
+        make_jj_repo(jj_repo, 50)
     direct = os.path.join(WORK, "direct")
     os.makedirs(direct, exist_ok=True)
     sh(f"{F} up warm --workspace {direct} -q")
@@ -233,67 +245,69 @@ def main():
     forage_up = lambda name, r=repo, extra="": f"{F} up {name} --git-worktree {r} -q {extra}"
     forage_down = lambda name: f"{F} down {name} --discard -q"
 
-    bench("cycle", RUNS, {
-        "forage": (nothing, f"{forage_up('c')} && {forage_down('c')}", lambda: forage_gone(repo, ["c"]), lambda: forage_cleanup("c")),
-        "floor": (nothing, f"{floor_up(repo, 'c', image)} && {floor_down(repo, 'c')}", lambda: floor_gone(repo, ["c"]), lambda: floor_cleanup(repo, "c")),
-    })
-    bench("up", RUNS, {
-        "forage": (nothing, forage_up("u"), lambda: forage_up_done(repo, ["u"]), lambda: forage_cleanup("u")),
-        "floor": (nothing, floor_up(repo, "u", image), lambda: floor_up_done(repo, ["u"]), lambda: floor_cleanup(repo, "u")),
-    })
-    bench("down", RUNS, {
-        "forage": (lambda: sh(forage_up("d")), forage_down("d"), lambda: forage_gone(repo, ["d"]), lambda: forage_cleanup("d")),
-        "floor": (lambda: sh(floor_up(repo, "d", image)), floor_down(repo, "d"), lambda: floor_gone(repo, ["d"]), lambda: floor_cleanup(repo, "d")),
-    })
-    # jj mode against forage's own git-worktree cycle (the goal is relative to it).
-    def jj_done():
-        forage_gone(None, ["j"])
-        if "forage/j" in sh(f"jj -R {q(jj_repo)} bookmark list"):
-            raise Failed("bookmark forage/j left")
+    if wanted("lifecycle"):
+        bench("cycle", RUNS, {
+            "forage": (nothing, f"{forage_up('c')} && {forage_down('c')}", lambda: forage_gone(repo, ["c"]), lambda: forage_cleanup("c")),
+            "floor": (nothing, f"{floor_up(repo, 'c', image)} && {floor_down(repo, 'c')}", lambda: floor_gone(repo, ["c"]), lambda: floor_cleanup(repo, "c")),
+        })
+        bench("up", RUNS, {
+            "forage": (nothing, forage_up("u"), lambda: forage_up_done(repo, ["u"]), lambda: forage_cleanup("u")),
+            "floor": (nothing, floor_up(repo, "u", image), lambda: floor_up_done(repo, ["u"]), lambda: floor_cleanup(repo, "u")),
+        })
+        bench("down", RUNS, {
+            "forage": (lambda: sh(forage_up("d")), forage_down("d"), lambda: forage_gone(repo, ["d"]), lambda: forage_cleanup("d")),
+            "floor": (lambda: sh(floor_up(repo, "d", image)), floor_down(repo, "d"), lambda: floor_gone(repo, ["d"]), lambda: floor_cleanup(repo, "d")),
+        })
+        # jj mode against forage's own git-worktree cycle (the goal is relative to it).
+        def jj_done():
+            forage_gone(None, ["j"])
+            if "forage/j" in sh(f"jj -R {q(jj_repo)} bookmark list"):
+                raise Failed("bookmark forage/j left")
 
-    bench("jj-cycle", RUNS, {
-        "forage": (nothing, f"{F} up j --jj {jj_repo} -q && {F} down j --discard -q", jj_done, lambda: forage_cleanup("j")),
-        "floor": (nothing, f"{forage_up('g')} && {forage_down('g')}", lambda: forage_gone(repo, ["g"]), lambda: forage_cleanup("g")),
-    })
-    bench("built", RUNS, {
-        "forage": (nothing, f"{F} up b -t built --git-worktree {repo} -q", lambda: forage_up_done(repo, ["b"]), lambda: forage_cleanup("b")),
-        "floor": (nothing, f"docker build -q -t forage-bench-built {built_ctx} >/dev/null && {floor_up(repo, 'b', 'forage-bench-built')}",
-                  lambda: floor_up_done(repo, ["b"]), lambda: floor_cleanup(repo, "b")),
-    })
+        bench("jj-cycle", RUNS, {
+            "forage": (nothing, f"{F} up j --jj {jj_repo} -q && {F} down j --discard -q", jj_done, lambda: forage_cleanup("j")),
+            "floor": (nothing, f"{forage_up('g')} && {forage_down('g')}", lambda: forage_gone(repo, ["g"]), lambda: forage_cleanup("g")),
+        })
+        bench("built", RUNS, {
+            "forage": (nothing, f"{F} up b -t built --git-worktree {repo} -q", lambda: forage_up_done(repo, ["b"]), lambda: forage_cleanup("b")),
+            "floor": (nothing, f"docker build -q -t forage-bench-built {built_ctx} >/dev/null && {floor_up(repo, 'b', 'forage-bench-built')}",
+                      lambda: floor_up_done(repo, ["b"]), lambda: floor_cleanup(repo, "b")),
+        })
 
-    names = [f"p{i}" for i in range(PARALLEL)]
-    retries_file = os.path.join(WORK, "floor-retries")
-    open(retries_file, "w").close()
-    # `wait` alone says nothing about the children: each writes its status.
-    status_dir = os.path.join(WORK, "par-status")
+    if wanted("parallel"):
+        names = [f"p{i}" for i in range(PARALLEL)]
+        retries_file = os.path.join(WORK, "floor-retries")
+        open(retries_file, "w").close()
+        # `wait` alone says nothing about the children: each writes its status.
+        status_dir = os.path.join(WORK, "par-status")
 
-    def with_status(cmd_list):
-        parts = [f"(({c}); echo $? > {status_dir}/{i}) &" for i, c in enumerate(cmd_list)]
-        return " ".join(parts) + " wait; for f in " + status_dir + "/*; do [ \"$(cat $f)\" = 0 ] || exit 1; done"
+        def with_status(cmd_list):
+            parts = [f"(({c}); echo $? > {status_dir}/{i}) &" for i, c in enumerate(cmd_list)]
+            return " ".join(parts) + " wait; for f in " + status_dir + "/*; do [ \"$(cat $f)\" = 0 ] || exit 1; done"
 
-    par_forage = with_status([forage_up(n) for n in names])
-    par_floor = with_status([floor_up_retrying(repo, n, image, retries_file) for n in names])
+        par_forage = with_status([forage_up(n) for n in names])
+        par_floor = with_status([floor_up_retrying(repo, n, image, retries_file) for n in names])
 
-    def reset_status():
-        attempt(f"rm -rf {status_dir}")
-        os.makedirs(status_dir)
+        def reset_status():
+            attempt(f"rm -rf {status_dir}")
+            os.makedirs(status_dir)
 
-    def forage_par_cleanup():
-        forage_cleanup(*names)
+        def forage_par_cleanup():
+            forage_cleanup(*names)
 
-    def floor_par_cleanup():
-        for n in names:
-            floor_cleanup(repo, n)
+        def floor_par_cleanup():
+            for n in names:
+                floor_cleanup(repo, n)
 
-    par_runs = min(RUNS, 5)
-    bench("parallel", par_runs, {
-        "forage": (reset_status, par_forage, lambda: forage_up_done(repo, names), forage_par_cleanup),
-        "floor": (reset_status, par_floor, lambda: floor_up_done(repo, names), floor_par_cleanup),
-    })
-    with open(retries_file) as f:
-        retries = len(f.read().split())
-    with open(os.path.join(RESULTS, "parallel-retries.json"), "w") as f:
-        json.dump({"retries": retries, "ups": PARALLEL * (par_runs + 1)}, f)
+        par_runs = min(RUNS, 5)
+        bench("parallel", par_runs, {
+            "forage": (reset_status, par_forage, lambda: forage_up_done(repo, names), forage_par_cleanup),
+            "floor": (reset_status, par_floor, lambda: floor_up_done(repo, names), floor_par_cleanup),
+        })
+        with open(retries_file) as f:
+            retries = len(f.read().split())
+        with open(os.path.join(RESULTS, "parallel-retries.json"), "w") as f:
+            json.dump({"retries": retries, "ups": PARALLEL * (par_runs + 1)}, f)
 
     # `list` reads every sandbox's worktree (its DIRTY column) and the branch
     # (AHEAD), and asks the engine when each running agent last printed (its
@@ -336,7 +350,7 @@ def main():
                 with open(os.path.join(HOME, "workspaces", f"l{i}", f"dirty-{i}.txt"), "w") as f:
                     f.write("work\n")
 
-    for count in LIST_SANDBOXES:
+    for count in LIST_SANDBOXES if wanted("list") else []:
         print(f"==> {count} sandboxes for list", flush=True)
         make_list_sandboxes(count)
         list_rows(count, f"list-{count}", min(LIST_RUNNING, count), len(range(0, count, 7)))
@@ -347,28 +361,30 @@ def main():
         out = sh(f"python3 -c 'import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' {cmd}")
         return int(out.strip())
 
-    memory = {"list": rss(f"{F} list"), "docker_ps": rss(f"docker ps -a --filter label=forage.home={HOME}"), "sandboxes": LIST_SANDBOXES[-1]}
+    if wanted("list-running"):
+        memory = {"list": rss(f"{F} list"), "docker_ps": rss(f"docker ps -a --filter label=forage.home={HOME}"), "sandboxes": LIST_SANDBOXES[-1]}
 
-    # The worst case for the idle column: every agent of the first list row running.
-    first = LIST_SANDBOXES[0]
-    print(f"==> {first} sandboxes for list, all running", flush=True)
-    sh(f"{F} down --all --discard -q")
-    for i in range(first):
-        sh(f"{F} up l{i} --git-worktree {repo} -q")
-    list_rows(first, f"list-running-{first}", first, 0)
-    sh(f"{F} down --all --discard -q")
-    memory["up"] = rss(f"{F} up rss --git-worktree {repo} -q")
-    sh(f"{F} down rss --discard -q")
-    with open(os.path.join(RESULTS, "rss.json"), "w") as f:
-        json.dump(memory, f)
+        # The worst case for the idle column: every agent of the first list row running.
+        first = LIST_SANDBOXES[0]
+        print(f"==> {first} sandboxes for list, all running", flush=True)
+        sh(f"{F} down --all --discard -q")
+        for i in range(first):
+            sh(f"{F} up l{i} --git-worktree {repo} -q")
+        list_rows(first, f"list-running-{first}", first, 0)
+        sh(f"{F} down --all --discard -q")
+        memory["up"] = rss(f"{F} up rss --git-worktree {repo} -q")
+        sh(f"{F} down rss --discard -q")
+        with open(os.path.join(RESULTS, "rss.json"), "w") as f:
+            json.dump(memory, f)
 
-    print(f"==> large repository: {LARGE_FILES} files", flush=True)
-    large = os.path.join(WORK, "large")
-    make_repo(large, LARGE_FILES)
-    bench("large", LARGE_RUNS, {
-        "forage": (nothing, forage_up("big", large), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
-        "floor": (nothing, floor_up(large, "big", image), lambda: floor_up_done(large, ["big"]), lambda: floor_cleanup(large, "big")),
-    }, warmup=0)
+    if wanted("large"):
+        print(f"==> large repository: {LARGE_FILES} files", flush=True)
+        large = os.path.join(WORK, "large")
+        make_repo(large, LARGE_FILES)
+        bench("large", LARGE_RUNS, {
+            "forage": (nothing, forage_up("big", large), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
+            "floor": (nothing, floor_up(large, "big", image), lambda: floor_up_done(large, ["big"]), lambda: floor_cleanup(large, "big")),
+        }, warmup=0)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,15 @@
 #
 #   benches/lifecycle.sh            # full run (about 20 minutes, most of it the 50,000-file repo and the list rows)
 #   RUNS=5 LARGE_FILES=5000 LIST_SANDBOXES=100 benches/lifecycle.sh   # quicker, smaller
+#   ROWS=list benches/lifecycle.sh  # the list rows alone (groups: lifecycle parallel list list-running large),
+#                                   # rewriting only their lines of docs/benchmarks.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export RUNS=${RUNS:-10} LARGE_FILES=${LARGE_FILES:-50000} LARGE_RUNS=${LARGE_RUNS:-3}
 export PARALLEL=${PARALLEL:-16} LIST_SANDBOXES=${LIST_SANDBOXES:-100 500} LIST_RUNNING=${LIST_RUNNING:-10}
 
-command -v jj >/dev/null || { echo "jj is missing: cargo install jj-cli@0.45.1 --locked" >&2; exit 1; }
+case " ${ROWS:-lifecycle} " in *" lifecycle "*) command -v jj >/dev/null ;; *) true ;; esac || { echo "jj is missing: cargo install jj-cli@0.45.1 --locked" >&2; exit 1; }
 cargo build --release --quiet
 # What was built: the commit, and whether the code differed from it.
 BUILT=$(git rev-parse --short HEAD)
@@ -41,5 +43,6 @@ trap cleanup EXIT
 python3 "$ROOT/benches/lifecycle.py"
 echo "==> writing docs/benchmarks.md"
 python3 "$ROOT/benches/report.py" "$WORK/results" "$ROOT/docs/benchmarks.md" --runs "$RUNS" \
-  --large-files "$LARGE_FILES" --large-runs "$LARGE_RUNS" --parallel "$PARALLEL" --list-running "$LIST_RUNNING" --built "$BUILT"
+  --large-files "$LARGE_FILES" --large-runs "$LARGE_RUNS" --parallel "$PARALLEL" --list-running "$LIST_RUNNING" --built "$BUILT" \
+  ${ROWS:+--update}
 cat "$ROOT/docs/benchmarks.md"

@@ -17,7 +17,6 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
     }
     let mut table = Table::new(["NAME", "MODE", "TEMPLATE", "STATUS", "AHEAD", "DIRTY", "BRANCH", "WORKSPACE", "AGE"]);
     let or_dash = |v: Option<&str>| shown(v.unwrap_or("-"));
-    let count = |n: Option<usize>| n.map_or("-".to_owned(), |n| n.to_string());
     for r in rows {
         let place = r.workspace.as_deref().or(r.record_problem.as_deref());
         table.row([
@@ -25,8 +24,8 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
             r.mode.map(|m| m.to_string()).unwrap_or_else(|| "-".into()),
             or_dash(r.template.as_deref()),
             status(&r),
-            count(r.ahead),
-            count(r.dirty),
+            count(r.ahead, r.ahead_at_least, r.ahead_unknown.is_some()),
+            count(r.dirty, false, r.dirty_unknown.is_some()),
             or_dash(r.branch.as_deref()),
             or_dash(place),
             r.created_at.map(age).unwrap_or_else(|| "-".into()),
@@ -43,5 +42,16 @@ fn status(r: &SandboxRow) -> String {
         (Some(Activity::Idle), _) => "idle".into(),
         (Some(Activity::Exited), Some(code)) => format!("{} ({code})", r.status),
         _ => r.status.to_string(),
+    }
+}
+
+/// A count as the table shows it: `N`, `N+` (at least), `?` (not known
+/// without a sync: `--json` says why), `-` (none: a direct workspace).
+fn count(n: Option<usize>, at_least: bool, unknown: bool) -> String {
+    match (n, unknown) {
+        (Some(n), _) if at_least => format!("{n}+"),
+        (Some(n), _) => n.to_string(),
+        (None, true) => "?".into(),
+        (None, false) => "-".into(),
     }
 }

@@ -272,7 +272,7 @@ impl<R: Runtime> Engine<R> {
                 // A directory the agent filled may take a while to delete: off the runtime's thread.
                 let remove = super::blocking(move || {
                     remove_created_dir(&dir, &workspaces)
-                        .and_then(|()| remove_created_dir(&private, &privates))
+                        .and_then(|()| crate::workspace::untrusted::remove_locked_dir(&private, &privates))
                         .map_err(Error::other)
                 });
                 finding.act(force, remove).await

@@ -14,7 +14,7 @@ use crate::record::{Record, RecordState};
 use crate::runtime::{ContainerDetails, ContainerState, ContainerSummary, Runtime};
 use crate::store::Problem;
 use crate::workspace::dirty_memo::Memo;
-use crate::workspace::{AtStake, Mode, Synced, WorkCounts, WorkspaceStatus};
+use crate::workspace::{AtStake, Count, Mode, Synced, WorkCounts, WorkspaceStatus};
 
 /// Where a sandbox stands, as `list` and `status` show it: its container's
 /// state, or what forage knows better.
@@ -106,11 +106,23 @@ pub struct SandboxRow {
     pub agent: Option<Activity>,
     /// The agent's exit code, once it exited.
     pub exit_code: Option<i64>,
-    /// Commits (jj: changes) of the agent's on the host since the base, as of
-    /// the last sync (`list` only; `null` for a direct workspace).
+    /// Commits of the agent's since the base, synced or not (jj: changes, as
+    /// of the last sync) (`list` only; `null` for a direct workspace, and
+    /// when it cannot be known without a sync: see `ahead_unknown`).
     pub ahead: Option<usize>,
-    /// Uncommitted files (jj: as of the last sync) (`list` only).
+    /// Set when `ahead` is a lower bound: the agent has more commits since
+    /// the last sync than `list` reads.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ahead_at_least: bool,
+    /// Why `ahead` cannot be known without a sync (shown as `?`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead_unknown: Option<String>,
+    /// Uncommitted files: those that differ from the agent's HEAD (jj: as of
+    /// the last sync) (`list` only).
     pub dirty: Option<usize>,
+    /// Why `dirty` cannot be known without a sync (shown as `?`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dirty_unknown: Option<String>,
 }
 
 impl SandboxRow {
@@ -128,7 +140,23 @@ impl SandboxRow {
             agent: None,
             exit_code: None,
             ahead: None,
+            ahead_at_least: false,
+            ahead_unknown: None,
             dirty: None,
+            dirty_unknown: None,
+        }
+    }
+
+    /// `list`'s AHEAD and DIRTY.
+    fn set_counts(&mut self, counts: WorkCounts) {
+        match counts.ahead {
+            Count::Exact(n) => self.ahead = Some(n),
+            Count::AtLeast(n) => (self.ahead, self.ahead_at_least) = (Some(n), true),
+            Count::Unknown(why) => self.ahead_unknown = Some(why),
+        }
+        match counts.dirty {
+            Count::Exact(n) | Count::AtLeast(n) => self.dirty = Some(n),
+            Count::Unknown(why) => self.dirty_unknown = Some(why),
         }
     }
 
@@ -145,7 +173,10 @@ impl SandboxRow {
             agent: None,
             exit_code: None,
             ahead: None,
+            ahead_at_least: false,
+            ahead_unknown: None,
             dirty: None,
+            dirty_unknown: None,
         }
     }
 }
@@ -195,9 +226,7 @@ impl<R: Runtime> Engine<R> {
         let (listed, (mut counts, memos)) = tokio::join!(listing, counts_of(workspaces));
         let (containers, idle) = listed?;
         // Only once the engine answered: a `list` that fails changes nothing.
-        for (name, private, memo) in memos {
-            save_memo(&self.home, &name, &private, &memo);
-        }
+        save_memos(&self.home, memos).await;
         counts.resize(records.len(), None);
         let mut by_sandbox: HashMap<String, ContainerSummary> =
             containers.into_iter().map(|c| (c.sandbox.clone(), c)).collect();
@@ -206,8 +235,9 @@ impl<R: Runtime> Engine<R> {
             let container = by_sandbox.remove(r.name.as_str());
             let status = self.state_of(r, container.as_ref().map(|c| c.state))?;
             let mut row = SandboxRow::new(r, status);
-            row.ahead = counts.map(|c| c.ahead);
-            row.dirty = counts.map(|c| c.dirty);
+            if let Some(counts) = counts {
+                row.set_counts(counts);
+            }
             if let Some(c) = &container {
                 row.exit_code = c.exit_code.filter(|_| status != SandboxState::Stopped);
                 row.agent = match c.state {
@@ -399,15 +429,43 @@ async fn counts_of(
     (counts, memos)
 }
 
-/// Saves a memo of sandbox `name`'s DIRTY count for the next `list`: only while
-/// no `up` or `down` holds the sandbox and its record is still there, so that
-/// it never lands in a private directory being removed. A memo not saved only
-/// costs the next `list` a walk.
+/// Saves the memos on the blocking pool, a lane per core (most of what a
+/// `list` that remembered nothing spent beyond its walks was saving them one
+/// after another on this thread, each under a lock file made and deleted:
+/// docs/benchmarks.md, the cold row).
+async fn save_memos(home: &crate::store::Home, mut memos: Vec<(SandboxName, PathBuf, Memo)>) {
+    if memos.is_empty() {
+        return;
+    }
+    let lanes = std::thread::available_parallelism().map_or(2, |n| n.get()).min(memos.len());
+    let per_lane = memos.len().div_ceil(lanes);
+    let mut tasks = Vec::new();
+    while !memos.is_empty() {
+        let lane = memos.split_off(memos.len().saturating_sub(per_lane));
+        let home = home.clone();
+        tasks.push(tokio::task::spawn_blocking(move || {
+            for (name, private, memo) in lane {
+                save_memo(&home, &name, &private, &memo);
+            }
+        }));
+    }
+    futures_util::future::join_all(tasks).await;
+}
+
+/// Saves a memo of sandbox `name`'s DIRTY count for the next `list`, holding
+/// the lock of its private directory (`Dir::lock`), which the directory's
+/// removal waits for (`untrusted::remove_locked_dir`): so it never lands in a
+/// private directory being removed. Only while the record is there, and only
+/// where forage keeps this sandbox's private files, whatever a record says. A
+/// memo not saved only costs the next `list` a walk.
 fn save_memo(home: &crate::store::Home, name: &SandboxName, private: &Path, memo: &Memo) {
-    let Ok(Some(_lock)) = home.try_lock_sandbox(name) else { return };
-    // Only where forage keeps this sandbox's private files, whatever a record says.
-    if private == home.private_dir_of(name) && home.record_path(name).exists() && private.is_dir() {
-        if let Err(e) = memo.save(private) {
+    if private != home.private_dir_of(name) {
+        return;
+    }
+    let Ok(dir) = crate::workspace::untrusted::Dir::open(private) else { return };
+    let Ok(Some(_held)) = dir.lock(false) else { return };
+    if home.record_path(name).exists() {
+        if let Err(e) = memo.save(&dir) {
             tracing::debug!("not remembering the counts of {name}: {e}");
         }
     }

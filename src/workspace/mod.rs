@@ -262,14 +262,24 @@ impl Counting {
 }
 
 /// How much work a sandbox holds, as `list` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkCounts {
-    /// git: commits on the host's branch since the base (as of the last
-    /// sync); jj: the agent's changes the last sync brought.
-    pub ahead: usize,
-    /// git: files of the worktree that differ from the branch, now; jj: files
-    /// of the working-copy change, as of the last sync.
-    pub dirty: usize,
+    /// git: the agent's commits since the base, synced or not (see
+    /// `git::peek`); jj: the agent's changes the last sync brought.
+    pub ahead: Count,
+    /// git: files of the worktree that differ from the agent's HEAD, now;
+    /// jj: files of the working-copy change, as of the last sync.
+    pub dirty: Count,
+}
+
+/// One of `list`'s counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Count {
+    Exact(usize),
+    /// At least this many: counting stopped there (`N+`).
+    AtLeast(usize),
+    /// Not known without a sync, and why (`?`).
+    Unknown(String),
 }
 
 /// What a record remembers of a sandbox's workspace.

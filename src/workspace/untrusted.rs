@@ -23,7 +23,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{openat, readlinkat, OFlag};
+use nix::fcntl::{openat, readlinkat, Flock, FlockArg, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 use nix::unistd::linkat;
 
@@ -198,6 +198,26 @@ impl Dir {
             return Ok(None);
         }
         Ok(Some((file, st)))
+    }
+
+    /// Opens the file `name` for writing, made (mode 0600) if absent, never
+    /// following a symlink, its content kept until written over.
+    pub fn open_write(&self, name: impl AsRef<OsStr>) -> io::Result<File> {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        Ok(File::from(openat(&self.fd, name.as_ref(), flags, Mode::from_bits_truncate(0o600))?))
+    }
+
+    /// An exclusive `flock` of this directory, held until the guard is dropped;
+    /// `None` when another holds it and `wait` is false. `remove_created_dir`
+    /// takes it before deleting anything, so whoever holds it can write into
+    /// the directory without racing a removal (`list`'s memos).
+    pub fn lock(&self, wait: bool) -> io::Result<Option<Flock<OwnedFd>>> {
+        let arg = if wait { FlockArg::LockExclusive } else { FlockArg::LockExclusiveNonblock };
+        match Flock::lock(self.fd.try_clone()?, arg) {
+            Ok(held) => Ok(Some(held)),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) if !wait => Ok(None),
+            Err((_, e)) => Err(e.into()),
+        }
     }
 
     /// The whole regular file `name`, refused if it is larger than `limit` bytes;
@@ -520,6 +540,18 @@ fn each_dir(
 /// user's uid) took; as deep and as wide as the agent made the tree, with a
 /// bounded number of descriptors (`Descent`).
 pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
+    remove_dir_checked(path, owner, false)
+}
+
+/// `remove_created_dir`, holding the directory's lock (`Dir::lock`), waited
+/// for, while it deletes: for a directory forage writes into holding that lock
+/// rather than the sandbox's (a private directory: `list`'s memo). Never for a
+/// directory a container can reach, whose agent could hold the lock forever.
+pub fn remove_locked_dir(path: &Path, owner: &Path) -> io::Result<()> {
+    remove_dir_checked(path, owner, true)
+}
+
+fn remove_dir_checked(path: &Path, owner: &Path, locked: bool) -> io::Result<()> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -550,13 +582,17 @@ pub fn remove_created_dir(path: &Path, owner: &Path) -> io::Result<()> {
     if parent.kind(name)? != Some(Kind::Dir) {
         return refuse("it is not a directory (a symlink?)");
     }
-    remove_tree(&parent, name).map_err(|e| io::Error::new(e.kind(), format!("deleting {}: {e}", path.display())))
+    remove_tree(&parent, name, locked)
+        .map_err(|e| io::Error::new(e.kind(), format!("deleting {}: {e}", path.display())))
 }
 
 /// Deletes the directory `name` of `parent` and everything in it.
-fn remove_tree(parent: &Dir, name: &OsStr) -> io::Result<()> {
+/// With `locked`, holds the directory's lock (`Dir::lock`) until it is gone:
+/// nothing written under that lock lands in it half way through.
+fn remove_tree(parent: &Dir, name: &OsStr, locked: bool) -> io::Result<()> {
     parent.grant_owner_access(name)?;
     let Some(top) = parent.dir(name)? else { return Ok(()) };
+    let _held = if locked { top.lock(true)? } else { None };
     each_dir(top, unlink_all_but_dirs, |dir, sub| dir.grant_owner_access(sub), remove_empty_dir)?;
     remove_empty_dir(parent, name)
 }
@@ -739,6 +775,25 @@ mod tests {
     /// level would overflow it within a few thousand levels.
     fn on_a_small_stack(f: impl FnOnce() + Send + 'static) {
         std::thread::Builder::new().stack_size(256 << 10).spawn(f).unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn a_locked_directory_is_removed_only_once_its_lock_is_let_go() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("private");
+        std::fs::create_dir(&dir).unwrap();
+        let held = Dir::open(&dir).unwrap();
+        let guard = held.lock(false).unwrap().expect("nobody holds it yet");
+        assert!(Dir::open(&dir).unwrap().lock(false).unwrap().is_none(), "a second holder");
+        let (path, owner) = (dir.clone(), t.path().to_path_buf());
+        let removal = std::thread::spawn(move || remove_locked_dir(&path, &owner));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Written under the lock: the removal, waiting, takes it along.
+        held.open_write("dirty-memo").unwrap();
+        assert!(dir.join("dirty-memo").is_file(), "removed while its lock was held");
+        drop(guard);
+        removal.join().unwrap().unwrap();
+        assert!(!dir.exists());
     }
 
     #[test]

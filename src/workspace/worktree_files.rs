@@ -301,9 +301,8 @@ impl Walk<'_> {
     /// (`untrusted::Descent`: no recursion, a bounded number of descriptors;
     /// the agent chooses the depth and the width).
     fn run(&mut self, root: Dir) -> Result<()> {
-        let rules = self.own_rules(&root);
-        let mut walk = Descent::new(root, Level { subdirs: Vec::new(), rel_len: 0, rules }).map_err(err)?;
-        walk.data_mut().subdirs = self.list(&walk)?;
+        let mut walk = Descent::new(root, Level { subdirs: Vec::new(), rel_len: 0, rules: None }).map_err(err)?;
+        walk.data_mut().subdirs = self.list(&mut walk)?;
         loop {
             let Some(name) = walk.data_mut().subdirs.pop() else {
                 if walk.depth() == 0 {
@@ -323,8 +322,7 @@ impl Walk<'_> {
             if walk.depth() + 1 > MAX_DEPTH {
                 self.skip_here(format!("deeper than {MAX_DEPTH} directories"));
             } else if self.enter(&mut walk, &name)? {
-                walk.data_mut().rules = self.own_rules(walk.dir());
-                walk.data_mut().subdirs = self.list(&walk)?;
+                walk.data_mut().subdirs = self.list(&mut walk)?;
                 continue;
             }
             self.rel.truncate(above);
@@ -375,27 +373,34 @@ impl Walk<'_> {
         }
     }
 
-    /// Reads the entries of the directory the walk is in: records its files,
-    /// and returns its subdirectories to walk.
-    fn list(&mut self, walk: &Descent<Level>) -> Result<Vec<OsString>> {
-        let dir = walk.dir();
-        let entries = match dir.entries() {
+    /// Reads the entries of the directory the walk is in: reads its own
+    /// `.gitignore` (if it has one), records its files, and returns its
+    /// subdirectories to walk.
+    fn list(&mut self, walk: &mut Descent<Level>) -> Result<Vec<OsString>> {
+        let entries = match walk.dir().entries() {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.how != Reading::TakeOver => {
                 self.skip_here("the agent made it unreadable".into());
                 return Ok(Vec::new());
             }
             other => other.map_err(err)?,
         };
+        // Looked for only where the listing has one: one made since changes
+        // the directory's stamp, which a memo checks.
+        let has_rules = entries.iter().any(|(name, _)| name == ".gitignore");
+        if has_rules {
+            walk.data_mut().rules = self.own_rules(walk.dir());
+        }
+        let dir = walk.dir();
         if let Some(observed) = &mut self.observed {
             match dir.stat() {
                 Ok(st) => observed.dir(&self.rel, &st),
                 Err(_) => observed.lost(),
             }
             // Its rules decided what was ignored, whatever the file itself is.
-            match dir.lstat(".gitignore") {
-                Ok(Some(st)) => observed.file(OsStr::new(".gitignore"), &st),
-                Ok(None) => {}
-                Err(_) => observed.lost(),
+            match has_rules.then(|| dir.lstat(".gitignore")) {
+                Some(Ok(Some(st))) => observed.file(OsStr::new(".gitignore"), &st),
+                None | Some(Ok(None)) => {}
+                Some(Err(_)) => observed.lost(),
             }
         }
         let rules: Vec<&Gitignore> = walk.chain().filter_map(|l| l.rules.as_ref()).collect();
@@ -689,10 +694,15 @@ impl WorktreeFiles {
     /// The paths that differ from `tree` (added, changed or removed), sorted;
     /// a file too big to read counts as changed.
     pub fn changed_since(&self, repo: &Repository, tree: Option<&Tree>) -> Result<Vec<String>> {
-        let mut committed: HashMap<Vec<u8>, (u32, Oid)> = match tree {
+        let committed: HashMap<Vec<u8>, (u32, Oid)> = match tree {
             Some(tree) => tree_files(repo, tree)?,
             None => HashMap::new(),
         };
+        Ok(self.changed_against(committed))
+    }
+
+    /// `changed_since`, against the committed files by path: (mode, id).
+    pub fn changed_against(&self, mut committed: HashMap<Vec<u8>, (u32, Oid)>) -> Vec<String> {
         let mut changed: Vec<String> = Vec::new();
         for f in &self.files {
             if committed.remove(&f.path) != Some((f.mode, f.id)) {
@@ -705,7 +715,7 @@ impl WorktreeFiles {
         }
         changed.extend(committed.into_keys().map(|p| String::from_utf8_lossy(&p).into_owned()));
         changed.sort();
-        Ok(changed)
+        changed
     }
 }
 

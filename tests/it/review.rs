@@ -494,6 +494,101 @@ fn list_remembers_dirty_counts_only_while_nothing_changed() {
     env.assert_nothing_left_but_archives();
 }
 
+/// `list` right after the agent commits, with no sync between: AHEAD counts
+/// the agent's commits in its own repository and DIRTY what `git status`
+/// inside calls changed (against the agent's HEAD, not the last sync's tip),
+/// and a memo of the count made before a commit is not used after it.
+#[test]
+fn list_counts_the_agents_commits_and_files_without_a_sync() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-count");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let counts = || {
+        let rows = env.json(&["list", "--json"]);
+        let row = rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone();
+        (row["ahead"].as_u64(), row["dirty"].as_u64())
+    };
+    let git_says = || {
+        let out = inside(&env, &name, "cd /workspace && git status --porcelain -uall | wc -l");
+        out.trim().parse::<u64>().unwrap()
+    };
+    let host_tip = || git(&repo, &["rev-parse", &format!("forage-{name}")]);
+    let before = host_tip();
+
+    inside(&env, &name, TWO_COMMITS_AND_EDITS);
+    assert_eq!(git_says(), 2, "a.txt and u.txt, says git inside");
+    assert_eq!(counts(), (Some(2), Some(2)), "right after the commits");
+    // Settled, so that a memo is made; then a commit that changes no file of
+    // the worktree, only what they are compared with.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert_eq!(counts(), (Some(2), Some(2)), "once settled");
+    inside(&env, &name, "cd /workspace && git add u.txt && git commit -qm 'add u.txt'");
+    assert_eq!(counts(), (Some(3), Some(1)), "after a third commit");
+    let table = env.ok(&["list"]);
+    let line = table.lines().find(|l| l.contains(name.as_str())).unwrap();
+    assert!(line.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["3", "1"]), "{table}");
+    assert_eq!(host_tip(), before, "list synced");
+
+    // A sync agrees.
+    env.ok(&["sync", &name]);
+    assert_ne!(host_tip(), before);
+    assert_eq!(counts(), (Some(3), Some(1)), "after a sync");
+    env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left_but_archives();
+}
+
+/// The agent chooses how many commits there are and what its refs hold:
+/// `list` reads at most a thousand unsynced commits (then shows `1000+`), and
+/// a branch that is garbage, a symlink, or names a commit `list` cannot read
+/// is `?` with why in `--json`, never an error or another sandbox's count.
+#[test]
+fn list_bounds_what_it_reads_of_the_agents_repository() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("rv-bound");
+    env.ok(&["up", &name, "--git-worktree", repo.to_str().unwrap()]);
+    let row = || {
+        let rows = env.json(&["list", "--json"]);
+        rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone()
+    };
+    inside(
+        &env,
+        &name,
+        "cd /workspace && i=0; while [ $i -lt 1005 ]; do git commit -q --allow-empty -m c$i; i=$((i+1)); done",
+    );
+    let r = row();
+    assert_eq!(
+        (r["ahead"].as_u64(), r["ahead_at_least"].as_bool(), r["dirty"].as_u64()),
+        (Some(1000), Some(true), Some(0)),
+        "{r}"
+    );
+    let table = env.ok(&["list"]);
+    assert!(table.lines().any(|l| l.contains(name.as_str()) && l.contains(" 1000+ ")), "{table}");
+
+    let branch = format!("/forage/git/refs/heads/forage-{name}");
+    let cases = [
+        ("garbage", format!("echo garbage > {branch}"), "not a commit id"),
+        ("a symlink", format!("rm {branch} && ln -s /workspace/a.txt {branch}"), "symlink"),
+        (
+            "a missing commit",
+            format!("rm {branch} && echo {} > {branch}", "1".repeat(40)),
+            "not among the agent's loose objects",
+        ),
+    ];
+    for (what, script, says) in cases {
+        inside(&env, &name, &script);
+        let r = row();
+        assert!(r["ahead"].is_null() && r["ahead_unknown"].as_str().unwrap_or("").contains(says), "{what}: {r}");
+        let out = env.run(&["list"]);
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", describe(&out));
+        let table = String::from_utf8_lossy(&out.stdout);
+        let line = table.lines().find(|l| l.contains(name.as_str())).unwrap();
+        assert!(line.contains(" ? "), "{what}: {table}");
+    }
+    env.ok(&["down", &name, "--discard"]);
+}
+
 /// The number a counter file inside sandbox `name` holds (0 when it has none
 /// yet, or is being rewritten).
 fn counter(env: &Env, name: &str, file: &str) -> u64 {

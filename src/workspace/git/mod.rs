@@ -16,9 +16,11 @@
 
 mod checkout;
 mod conflicts;
+mod counts;
 mod fsck;
 pub mod host_changes;
 pub(crate) mod import;
+pub(crate) mod peek;
 pub mod private;
 pub(crate) mod refs;
 mod review;
@@ -399,7 +401,8 @@ impl GitWorkspace {
     /// Removes the private repository (only under `private_root`).
     pub fn remove_private(&self, private_root: &Path) -> Result<()> {
         match &self.private {
-            Some(dir) => remove_created_dir(dir, private_root).map_err(ws_err),
+            // `list` writes its memo there holding the directory's lock.
+            Some(dir) => super::untrusted::remove_locked_dir(dir, private_root).map_err(ws_err),
             None => Ok(()),
         }
     }
@@ -564,20 +567,24 @@ impl GitWorkspace {
         repo: &Repository,
         rules: &worktree_files::HostRules,
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let (changed, skipped, _) = self.uncommitted_observed(repo, rules, false)?;
+        let Some((files, _)) = self.read_worktree(repo, rules, false)? else { return Ok(Default::default()) };
+        let tree = self.tip(repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+        let changed = files.changed_since(repo, tree.as_ref())?;
+        let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
         Ok((changed, skipped))
     }
 
-    /// `uncommitted_in`, and (with `observe`) the stat data of everything that
-    /// decided it, for a memo of the count (`dirty_memo`).
-    fn uncommitted_observed(
+    /// The worktree's files, read with the host view's index (its stat data
+    /// tells which files changed) and the host repository's excludes, and
+    /// (with `observe`) what decided them; `None` when the worktree is gone.
+    fn read_worktree(
         &self,
         repo: &Repository,
         rules: &worktree_files::HostRules,
         observe: bool,
-    ) -> Result<(Vec<String>, Vec<String>, super::dirty_memo::Observed)> {
+    ) -> Result<Option<(worktree_files::WorktreeFiles, super::dirty_memo::Observed)>> {
         if !self.path.join(".git").exists() {
-            return Ok(Default::default());
+            return Ok(None);
         }
         let index_file = self.admin_dir().join("index");
         let index = match git2::Index::open(&index_file) {
@@ -585,25 +592,21 @@ impl GitWorkspace {
             Err(e) => return Err(ws_err(format!("reading {}: {e}", index_file.display()))),
         };
         let known = Known::Index(index);
-        let (files, observed) = if observe {
+        Ok(Some(if observe {
             worktree_files::read_observed(repo, rules, &self.path, known, Reading::Look)?
         } else {
             (worktree_files::read_with(repo, rules, &self.path, known, Reading::Look)?, Default::default())
-        };
-        let tree = self.tip(repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
-        let changed = files.changed_since(repo, tree.as_ref())?;
-        let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
-        Ok((changed, skipped, observed))
+        }))
     }
 
     /// What a memo of the DIRTY count is valid for, besides the worktree's own
-    /// files: the branch's tip (the tree they are compared with), the host
-    /// view's index (which files are tracked, which are submodules) and the
-    /// host's ignore files.
-    fn memo_key(&self, tip: Option<Oid>, rules: &worktree_files::HostRules) -> super::dirty_memo::MemoKey {
+    /// files: the commit whose tree they are compared with (the agent's HEAD),
+    /// the host view's index (which files are tracked, which are submodules)
+    /// and the host's ignore files.
+    fn memo_key(&self, compared: Option<Oid>, rules: &worktree_files::HostRules) -> super::dirty_memo::MemoKey {
         use sha1::Digest;
         let mut digest = sha1::Sha1::new();
-        digest.update(tip.unwrap_or(Oid::ZERO_SHA1).as_bytes());
+        digest.update(compared.unwrap_or(Oid::ZERO_SHA1).as_bytes());
         digest.update(rules.digest());
         super::dirty_memo::digest_file(&mut digest, &self.admin_dir().join("index"));
         super::dirty_memo::MemoKey(digest.finalize().into())
@@ -975,32 +978,7 @@ impl Workspace for GitWorkspace {
     }
 
     fn counts(&self, shared: &mut super::Counting) -> Option<super::WorkCounts> {
-        let private = self.private.as_deref()?;
-        let opened = shared.repository(&self.common_dir).ok()?;
-        let (repo, rules) = &*opened;
-        let tip = self.tip(repo);
-        let upstream = match &self.base_ref {
-            Some(r) => shared.ref_target(&self.common_dir, repo, r),
-            None => None,
-        }
-        .or_else(|| Oid::from_str(&self.base).ok());
-        let ahead = match (tip, upstream) {
-            (Some(tip), Some(upstream)) => shared.ahead(repo, tip, upstream).unwrap_or(0),
-            _ => 0,
-        };
-        // The memo of the last `list`, if nothing it depends on changed since.
-        let key = self.memo_key(tip, rules);
-        let memo = super::dirty_memo::Memo::load(private);
-        if let Some(dirty) = memo.and_then(|m| m.dirty_if_unchanged(&key, &self.path)) {
-            return Some(super::WorkCounts { ahead, dirty });
-        }
-        let began = std::time::SystemTime::now();
-        let (changed, _, observed) = self.uncommitted_observed(repo, rules, true).ok()?;
-        let dirty = changed.len();
-        if let Some(memo) = observed.into_memo(key, dirty, began) {
-            shared.remember(private, memo);
-        }
-        Some(super::WorkCounts { ahead, dirty })
+        self.list_counts(shared)
     }
 }
 

@@ -1013,7 +1013,10 @@ impl Workspace for JjWorkspace {
         if self.is_legacy() {
             return None;
         }
-        Some(super::WorkCounts { ahead: self.changes(), dirty: self.changed_files().ok()?.len() })
+        Some(super::WorkCounts {
+            ahead: super::Count::Exact(self.changes()),
+            dirty: super::Count::Exact(self.changed_files().ok()?.len()),
+        })
     }
 }
 

@@ -21,7 +21,7 @@ use git2::{Oid, Repository};
 use super::super::untrusted::{remove_created_dir, Dir, Kind};
 use super::fsck::{self, EntryKind};
 use crate::error::{Error, Result};
-use store::AgentObjects;
+pub(crate) use store::AgentObjects;
 
 fn err(e: impl std::fmt::Display) -> Error {
     Error::workspace(format!("importing the agent's commits: {e}"))

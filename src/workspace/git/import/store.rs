@@ -21,9 +21,12 @@ use super::super::super::untrusted::{Dir, Kind};
 /// The largest object an import reads: each is read whole into memory, and a
 /// few kilobytes of compressed zeros can claim gigabytes.
 pub const MAX_OBJECT_BYTES: usize = 256 << 20;
-/// The largest loose object file: the largest object's compressed size
-/// (zlib adds at most a few bytes per 16 KiB stored).
-const MAX_LOOSE_FILE_BYTES: u64 = (MAX_OBJECT_BYTES + (MAX_OBJECT_BYTES >> 8)) as u64;
+/// The largest loose object file holding an object of at most `max_object`
+/// bytes: its compressed size (zlib adds at most a few bytes per 16 KiB
+/// stored, and a header).
+fn loose_file_bytes(max_object: usize) -> u64 {
+    (max_object + (max_object >> 8) + 64) as u64
+}
 /// The most the agent's packs (and their indexes) may add up to: each is
 /// copied at every import.
 const MAX_PACK_BYTES: u64 = 4 << 30;
@@ -39,6 +42,8 @@ pub struct AgentObjects {
     /// The fan-out directories of `loose` opened so far (`None`: absent).
     fans: RefCell<HashMap<String, Option<Dir>>>,
     packs: Option<Odb<'static>>,
+    /// The largest object read (`MAX_OBJECT_BYTES` for an import).
+    max_object: usize,
 }
 
 impl AgentObjects {
@@ -49,7 +54,14 @@ impl AgentObjects {
             Some(objects) => stage_packs(objects, staging)?,
             None => None,
         };
-        Ok(AgentObjects { loose: objects, fans: RefCell::default(), packs })
+        Ok(AgentObjects { loose: objects, fans: RefCell::default(), packs, max_object: MAX_OBJECT_BYTES })
+    }
+
+    /// The agent's loose objects alone, none larger than `max_object` bytes:
+    /// for a look that copies nothing (`list`, see `peek`). An object that is
+    /// only in the agent's packs reads as absent.
+    pub fn loose_only(objects: Option<Dir>, max_object: usize) -> AgentObjects {
+        AgentObjects { loose: objects, fans: RefCell::default(), packs: None, max_object }
     }
 
     /// Object `id`, checked against its id; `None` when the agent has no such
@@ -78,9 +90,9 @@ impl AgentObjects {
             }
         };
         let Some(fan) = fan else { return Ok(None) };
-        let opened = fan.open_bounded(&hex[2..], MAX_LOOSE_FILE_BYTES);
+        let opened = fan.open_bounded(&hex[2..], loose_file_bytes(self.max_object));
         let Some((file, size)) = opened.map_err(|e| format!("the loose object {e}"))? else { return Ok(None) };
-        inflate_loose(BufReader::new(file.take(size)))
+        inflate_loose(BufReader::new(file.take(size)), self.max_object)
             .map(Some)
             .map_err(|why| format!("object {id} in the agent's repository is unreadable ({why})"))
     }
@@ -92,7 +104,7 @@ impl AgentObjects {
             Err(e) if e.code() == ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(format!("object {id} in the agent's packs is unreadable ({})", e.message())),
         };
-        check_object_size(id, size)?;
+        check_object_size(id, size, self.max_object)?;
         let object = packs.read(id).map_err(|e| {
             format!("object {id} in the agent's repository does not match its id (forged or corrupt: {})", e.message())
         })?;
@@ -100,21 +112,21 @@ impl AgentObjects {
     }
 }
 
-fn check_object_size(id: Oid, size: usize) -> Result<(), String> {
-    match size > MAX_OBJECT_BYTES {
+fn check_object_size(id: Oid, size: usize, max: usize) -> Result<(), String> {
+    match size > max {
         true => Err(format!(
-            "object {id} in the agent's repository is {} MiB, more than the {} MiB forage imports",
+            "object {id} in the agent's repository is {} MiB, more than the {} MiB forage reads",
             size >> 20,
-            MAX_OBJECT_BYTES >> 20
+            max >> 20
         )),
         false => Ok(()),
     }
 }
 
 /// A loose object file's content: zlib around `type size\0data`, declaring
-/// at most `MAX_OBJECT_BYTES`, ending where the stream ends (git refuses
+/// at most `max` bytes, ending where the stream ends (git refuses
 /// "garbage at end of loose object").
-fn inflate_loose(input: impl BufRead) -> Result<Object, String> {
+fn inflate_loose(input: impl BufRead, max: usize) -> Result<Object, String> {
     let mut z = flate2::bufread::ZlibDecoder::new(input);
     let mut header = Vec::new();
     let mut byte = [0u8];
@@ -137,8 +149,8 @@ fn inflate_loose(input: impl BufRead) -> Result<Object, String> {
         _ => return Err(format!("an unknown type {kind:?}")),
     };
     let size: usize = size.parse().map_err(|_| "a malformed header")?;
-    if size > MAX_OBJECT_BYTES {
-        return Err(format!("{} MiB, more than the {} MiB forage imports", size >> 20, MAX_OBJECT_BYTES >> 20));
+    if size > max {
+        return Err(format!("{} MiB, more than the {} MiB forage reads", size >> 20, max >> 20));
     }
     let mut data = Vec::new();
     (&mut z).take(size as u64 + 1).read_to_end(&mut data).map_err(|e| e.to_string())?;
@@ -221,15 +233,15 @@ mod tests {
 
     #[test]
     fn loose_objects_are_read_only_as_far_as_they_are_well_formed() {
-        let (kind, data) = inflate_loose(&loose(b"blob 3\0abc")[..]).unwrap();
+        let (kind, data) = inflate_loose(&loose(b"blob 3\0abc")[..], MAX_OBJECT_BYTES).unwrap();
         assert_eq!((kind, data), (ObjectType::Blob, b"abc".to_vec()));
         let mut padded = loose(b"blob 3\0abc");
         padded.extend_from_slice(&[0; 100]);
-        assert!(inflate_loose(&padded[..]).unwrap_err().contains("garbage"));
-        assert!(inflate_loose(&loose(b"blob 4\0abc")[..]).unwrap_err().contains("3 bytes"));
-        assert!(inflate_loose(&loose(b"blob 2\0abc")[..]).is_err());
-        assert!(inflate_loose(&loose(b"blob 999999999999\0")[..]).unwrap_err().contains("MiB"));
-        assert!(inflate_loose(&loose(b"evil 1\0a")[..]).unwrap_err().contains("unknown type"));
-        assert!(inflate_loose(&loose(&[b'x'; 100])[..]).unwrap_err().contains("malformed"));
+        assert!(inflate_loose(&padded[..], MAX_OBJECT_BYTES).unwrap_err().contains("garbage"));
+        assert!(inflate_loose(&loose(b"blob 4\0abc")[..], MAX_OBJECT_BYTES).unwrap_err().contains("3 bytes"));
+        assert!(inflate_loose(&loose(b"blob 2\0abc")[..], MAX_OBJECT_BYTES).is_err());
+        assert!(inflate_loose(&loose(b"blob 999999999999\0")[..], MAX_OBJECT_BYTES).unwrap_err().contains("MiB"));
+        assert!(inflate_loose(&loose(b"evil 1\0a")[..], MAX_OBJECT_BYTES).unwrap_err().contains("unknown type"));
+        assert!(inflate_loose(&loose(&[b'x'; 100])[..], MAX_OBJECT_BYTES).unwrap_err().contains("malformed"));
     }
 }
