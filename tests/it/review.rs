@@ -498,6 +498,43 @@ fn list_remembers_dirty_counts_only_while_nothing_changed() {
 /// the agent's commits in its own repository and DIRTY what `git status`
 /// inside calls changed (against the agent's HEAD, not the last sync's tip),
 /// and a memo of the count made before a commit is not used after it.
+/// jj: `list` never shows the last sync's counts as current once the agent's
+/// jj recorded more work: AHEAD and DIRTY are `?` with why (`ahead_unknown`)
+/// until a sync counts it, and exact again after.
+#[test]
+fn list_marks_a_jj_sandboxs_counts_pending_once_its_jj_recorded_more_work() {
+    let env = Env::new();
+    let repo = jj_repo(&env, "repo", false);
+    let name = env.unique("rv-jj-count");
+    env.ok(&["up", &name, "--jj", repo.to_str().unwrap()]);
+    let row = || {
+        let rows = env.json(&["list", "--json"]);
+        rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone()
+    };
+    inside(&env, &name, "cd /workspace && echo one > one.txt && jj commit -m one >/dev/null 2>&1");
+    env.ok(&["sync", &name]);
+    let synced = row();
+    assert_eq!((synced["ahead"].as_u64(), synced["dirty"].as_u64()), (Some(1), Some(0)), "{synced}");
+    assert!(synced["ahead_unknown"].is_null(), "{synced}");
+
+    // The agent commits again, which took effect inside (jj log there shows it) ...
+    inside(&env, &name, "cd /workspace && echo two > two.txt && jj commit -m two >/dev/null 2>&1");
+    let log =
+        inside(&env, &name, "cd /workspace && jj log --no-graph -r 'description(exact:\"two\n\")' -T description");
+    assert_eq!(log, "two\n", "the second commit was made inside");
+    // ... and `list` says it cannot count it yet, rather than 1 and 0.
+    let pending = row();
+    assert!(pending["ahead"].is_null() && pending["dirty"].is_null(), "{pending}");
+    assert!(pending["ahead_unknown"].as_str().unwrap().contains("since the last sync"), "{pending}");
+    let table = env.ok(&["list"]);
+    let line = table.lines().find(|l| l.contains(name.as_str())).unwrap();
+    assert!(line.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["?", "?"]), "{table}");
+    env.ok(&["sync", &name]);
+    let counted = row();
+    assert_eq!((counted["ahead"].as_u64(), counted["dirty"].as_u64()), (Some(2), Some(0)), "{counted}");
+    env.ok(&["down", &name, "--discard"]);
+}
+
 #[test]
 fn list_counts_the_agents_commits_and_files_without_a_sync() {
     let env = Env::new();

@@ -593,6 +593,17 @@ impl JjWorkspace {
     }
 
     /// What the last `bring_to_host` brought, if any.
+    /// Why the counts of the last sync are stale, when they are: the agent's
+    /// jj has recorded another working-copy commit since (read from its
+    /// operation log without jj, bounded as `store` reads it). Edits that no
+    /// jj command has snapshotted yet are not seen, as jj itself does not see them.
+    fn recorded_since_sync(&self) -> Option<String> {
+        let synced = self.last_sync()?.working_copy;
+        let found = store::read(&Dir::open(&self.private_jj()?).ok()?).ok()?;
+        (found.working_copy?.to_string() != synced)
+            .then(|| "the agent's jj recorded work since the last sync; `forage-ctl sync` counts it".to_owned())
+    }
+
     pub fn last_sync(&self) -> Option<JjSync> {
         let bytes = std::fs::read(self.private.as_ref()?.join("synced.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
@@ -1012,6 +1023,12 @@ impl Workspace for JjWorkspace {
     fn counts(&self, _shared: &mut super::Counting) -> Option<super::WorkCounts> {
         if self.is_legacy() {
             return None;
+        }
+        if let Some(why) = self.recorded_since_sync() {
+            return Some(super::WorkCounts {
+                ahead: super::Count::Unknown(why.clone()),
+                dirty: super::Count::Unknown(why),
+            });
         }
         Some(super::WorkCounts {
             ahead: super::Count::Exact(self.changes()),
