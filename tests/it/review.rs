@@ -511,7 +511,12 @@ fn list_marks_a_jj_sandboxs_counts_pending_once_its_jj_recorded_more_work() {
         let rows = env.json(&["list", "--json"]);
         rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone()
     };
+    let fresh = row();
+    assert_eq!((fresh["ahead"].as_u64(), fresh["dirty"].as_u64()), (Some(0), Some(0)), "a new sandbox: {fresh}");
     inside(&env, &name, "cd /workspace && echo one > one.txt && jj commit -m one >/dev/null 2>&1");
+    // Never synced yet: not 0 and 0.
+    let unsynced = row();
+    assert!(unsynced["ahead_unknown"].as_str().is_some_and(|w| w.contains("since up or the last sync")), "{unsynced}");
     env.ok(&["sync", &name]);
     let synced = row();
     assert_eq!((synced["ahead"].as_u64(), synced["dirty"].as_u64()), (Some(1), Some(0)), "{synced}");
@@ -525,14 +530,17 @@ fn list_marks_a_jj_sandboxs_counts_pending_once_its_jj_recorded_more_work() {
     // ... and `list` says it cannot count it yet, rather than 1 and 0.
     let pending = row();
     assert!(pending["ahead"].is_null() && pending["dirty"].is_null(), "{pending}");
-    assert!(pending["ahead_unknown"].as_str().unwrap().contains("since the last sync"), "{pending}");
+    assert!(pending["ahead_unknown"].as_str().unwrap().contains("since up or the last sync"), "{pending}");
     let table = env.ok(&["list"]);
     let line = table.lines().find(|l| l.contains(name.as_str())).unwrap();
     assert!(line.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["?", "?"]), "{table}");
     env.ok(&["sync", &name]);
     let counted = row();
     assert_eq!((counted["ahead"].as_u64(), counted["dirty"].as_u64()), (Some(2), Some(0)), "{counted}");
+    let seen = inside(&env, &name, "find / -name initial-working-copy 2>/dev/null | wc -l");
+    assert_eq!(seen.trim(), "0", "the agent cannot reach what list compares with");
     env.ok(&["down", &name, "--discard"]);
+    env.assert_nothing_left();
 }
 
 #[test]

@@ -43,6 +43,10 @@ use crate::runtime::{Mount, WORKSPACE_TARGET};
 pub use review::Divergent;
 pub use state::AgentState;
 
+/// FORAGE_HOME/private/<name>/initial-working-copy: the working copy's commit
+/// id when `up` made the sandbox (a sandbox never synced is compared with it).
+const INITIAL_WORKING_COPY: &str = "initial-working-copy";
+
 /// Archive bookmarks: `forage/archive/<name>/<timestamp>`.
 pub const ARCHIVE_PREFIX: &str = "forage/archive";
 /// A sandbox's further work heads: `forage-heads/<name>/<n>` (n from 2).
@@ -412,6 +416,12 @@ impl JjWorkspace {
         std::fs::rename(self.path.join(".jj"), &private_jj).map_err(ws_err)?;
         // An empty directory to mount the repository on; on the host, nothing.
         std::fs::create_dir(self.path.join(".jj")).map_err(ws_err)?;
+        // The working copy as made, before any agent ran: what `list` tells
+        // work recorded before the first sync from.
+        let made = Dir::open(&private_jj).ok().and_then(|d| store::read(&d).ok()).and_then(|f| f.working_copy);
+        if let Some(wc) = made {
+            std::fs::write(private.join(INITIAL_WORKING_COPY), wc.to_string()).map_err(ws_err)?;
+        }
         super::git::private::write_ref_dir(&host_refs, &view)
     }
 
@@ -598,10 +608,13 @@ impl JjWorkspace {
     /// operation log without jj, bounded as `store` reads it). Edits that no
     /// jj command has snapshotted yet are not seen, as jj itself does not see them.
     fn recorded_since_sync(&self) -> Option<String> {
-        let synced = self.last_sync()?.working_copy;
+        let synced = match self.last_sync() {
+            Some(sync) => sync.working_copy,
+            None => std::fs::read_to_string(self.private.as_ref()?.join(INITIAL_WORKING_COPY)).ok()?,
+        };
         let found = store::read(&Dir::open(&self.private_jj()?).ok()?).ok()?;
         (found.working_copy?.to_string() != synced)
-            .then(|| "the agent's jj recorded work since the last sync; `forage-ctl sync` counts it".to_owned())
+            .then(|| "the agent's jj recorded work since up or the last sync; `forage-ctl sync` counts it".to_owned())
     }
 
     pub fn last_sync(&self) -> Option<JjSync> {
