@@ -32,8 +32,7 @@ pub fn export(templates: &Templates, name: &str, dir: Option<PathBuf>) -> Result
         ))
         .hint_run("{command} shows where it is", ["templates"]));
     };
-    let user_dir = templates.search_path().iter().find(|d| d.ends_with("forage/templates")).cloned();
-    let dir = match dir.or_else(|| user_dir.as_ref().map(|d| d.join(name))) {
+    let dir = match dir.or_else(|| templates.user_dir().map(|d| d.join(name))) {
         Some(d) => d,
         None => return Err(Error::usage("no template directory of yours is known (HOME is not set); name a DIR")),
     };

@@ -97,6 +97,8 @@ impl Resolved {
 #[derive(Debug, Clone)]
 pub struct Templates {
     search_path: Vec<PathBuf>,
+    /// The user's own template directory (`$XDG_CONFIG_HOME/forage/templates`).
+    user_dir: Option<PathBuf>,
     /// Relative directories the environment named, left out of `search_path`.
     ignored: Vec<PathBuf>,
 }
@@ -114,13 +116,18 @@ impl Templates {
             .clone()
             .filter(absolute)
             .or_else(|| settings.home.as_ref().map(|h| h.join(".config")));
-        if let Some(c) = config {
-            dirs.push(c.join("forage/templates"));
-        }
+        let user_dir = config.map(|c| c.join("forage/templates"));
+        dirs.extend(user_dir.clone());
         dirs.extend(settings.xdg_config_home.clone().filter(|p| !p.is_absolute()));
         dirs.push(PathBuf::from("/etc/forage/templates"));
         let (search_path, ignored) = dirs.into_iter().partition(absolute);
-        Templates { search_path, ignored }
+        Templates { search_path, user_dir, ignored }
+    }
+
+    /// The user's own template directory, where `templates export` writes
+    /// (never a relative one, which would be the current directory's).
+    pub fn user_dir(&self) -> Option<&std::path::Path> {
+        self.user_dir.as_deref().filter(|d| d.is_absolute())
     }
 
     /// The template directories, in precedence order.
@@ -333,8 +340,11 @@ mod tests {
 
     #[test]
     fn a_template_not_found_says_where_forage_looked_and_the_closest_name_once() {
-        let templates =
-            Templates { search_path: vec![PathBuf::from("/t1"), PathBuf::from("/t2")], ignored: Vec::new() };
+        let templates = Templates {
+            search_path: vec![PathBuf::from("/t1"), PathBuf::from("/t2")],
+            user_dir: None,
+            ignored: Vec::new(),
+        };
         let shown = |e: &Error| {
             let hints: Vec<String> = e.hints().iter().map(|h| h.render(|_| "`forage-ctl templates`".into())).collect();
             format!("{e}; {}", hints.join("; "))
@@ -377,7 +387,7 @@ mod tests {
         nix::unistd::mkfifo(&t.path().join("fifo.yaml"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         std::os::unix::fs::symlink("/dev/zero", t.path().join("zero.yaml")).unwrap();
         std::fs::write(t.path().join("ok.yaml"), "image: x\nagent: {command: [sh]}\n").unwrap();
-        let templates = Templates { search_path: vec![t.path().to_path_buf()], ignored: Vec::new() };
+        let templates = Templates { search_path: vec![t.path().to_path_buf()], user_dir: None, ignored: Vec::new() };
         for (name, what) in [("fifo", "a FIFO"), ("zero", "a device")] {
             let e = templates.resolve(name).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{e}");
