@@ -209,25 +209,13 @@ impl Home {
 
     /// The names of the sandboxes with an archive index, sorted.
     pub fn archived_names(&self) -> Vec<SandboxName> {
-        let Ok(entries) = fs::read_dir(self.root.join("archives")) else { return Vec::new() };
-        let mut names: Vec<SandboxName> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|n| SandboxName::parse(n).ok()))
-            .collect();
-        names.sort();
-        names
+        names_of_json_files(&self.root.join("archives"))
     }
 
     /// The names of the sandboxes with a record, readable or not, sorted: from
     /// the records' file names alone (shell completion asks on every Tab).
     pub fn sandbox_names(&self) -> Vec<SandboxName> {
-        let Ok(entries) = fs::read_dir(self.sandboxes_dir()) else { return Vec::new() };
-        let mut names: Vec<SandboxName> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|n| SandboxName::parse(n).ok()))
-            .collect();
-        names.sort();
-        names
+        names_of_json_files(&self.sandboxes_dir())
     }
 
     pub fn record_path(&self, name: &SandboxName) -> PathBuf {
@@ -566,6 +554,18 @@ impl BadRecord {
             ),
         }
     }
+}
+
+/// The sandbox names of `dir`'s `NAME.json` files, sorted (none when it is
+/// missing); from file names alone.
+fn names_of_json_files(dir: &Path) -> Vec<SandboxName> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<SandboxName> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").and_then(|n| SandboxName::parse(n).ok()))
+        .collect();
+    names.sort();
+    names
 }
 
 #[cfg(test)]

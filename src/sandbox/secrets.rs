@@ -36,15 +36,20 @@ pub const MAX_TASK_BYTES: u64 = 1 << 20;
 
 /// Writes the task's text into `dir` (made by `copy_all`), mode 0600.
 pub fn copy_task(text: &str, dir: &Path) -> Result<()> {
-    let copy = task_copy_path(dir);
+    write_private(&task_copy_path(dir), text.as_bytes())
+}
+
+/// Creates `copy` (never over a file, never through a symlink), readable by
+/// the user alone, holding `value`.
+fn write_private(copy: &Path, value: &[u8]) -> Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&copy)
+        .open(copy)
         .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
-    std::io::Write::write_all(&mut file, text.as_bytes())
+    std::io::Write::write_all(&mut file, value)
         .and_then(|()| file.sync_all())
         .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))
 }
@@ -72,17 +77,7 @@ pub fn copy_all(secrets: &[SecretFile], dir: &Path) -> Result<()> {
             Some(SecretValue(value)) => value.clone(),
             None => read_value(secret)?,
         };
-        let copy = copy_path(dir, &secret.name);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&copy)
-            .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
-        std::io::Write::write_all(&mut file, &value)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| Error::other(format!("writing {}: {e}", copy.display())))?;
+        write_private(&copy_path(dir, &secret.name), &value)?;
     }
     Ok(())
 }

@@ -123,30 +123,7 @@ mod tests {
     use super::*;
 
     fn commit(repo: &Repository, parent: Option<Oid>, files: &[(&str, &str)]) -> Oid {
-        let mut index = Index::new().unwrap();
-        for (path, content) in files {
-            let id = repo.blob(content.as_bytes()).unwrap();
-            let entry = IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode: 0o100644,
-                uid: 0,
-                gid: 0,
-                file_size: 0,
-                id,
-                flags: path.len() as u16,
-                flags_extended: 0,
-                path: path.as_bytes().to_vec(),
-            };
-            index.add(&entry).unwrap();
-        }
-        let tree = repo.find_tree(index.write_tree_to(repo).unwrap()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let parents: Vec<git2::Commit<'_>> = parent.map(|p| repo.find_commit(p).unwrap()).into_iter().collect();
-        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-        repo.commit(None, &sig, &sig, "c", &tree, &parents).unwrap()
+        crate::workspace::review::tests::commit(repo, parent, files, "c")
     }
 
     fn file(repo: &Repository, commit: Oid, path: &str) -> String {

@@ -764,10 +764,11 @@ fn in_the_way(workdir: &Path, diff: &git2::Diff<'_>) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn commit(repo: &Repository, parent: Option<Oid>, files: &[(&str, &str)], message: &str) -> Oid {
+    /// A commit of `files` (each 100644) on `parent`, for unit tests.
+    pub(crate) fn commit(repo: &Repository, parent: Option<Oid>, files: &[(&str, &str)], message: &str) -> Oid {
         let mut index = git2::Index::new().unwrap();
         for (path, content) in files {
             let id = repo.blob(content.as_bytes()).unwrap();
