@@ -172,6 +172,7 @@ fn stray_path(name: &SandboxName, path: &std::path::Path) -> Error {
 
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
+    warn_root_on_a_users_checkout(ctx, &args, engine.identity);
     // Everything that can be checked is checked before anything is made.
     let request = engine.prepare_up(args.spec()?)?;
     if let Some(found) = &request.host_uncommitted {
@@ -183,6 +184,28 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     engine.progress.finish();
     report(ctx, &record, started)?;
     Ok(0)
+}
+
+/// The agent runs as whoever runs forage-ctl. Run as root (sudo) on a
+/// checkout that belongs to someone else, the agent is root inside and the
+/// files it writes are root's, not the checkout owner's; Claude Code also
+/// refuses `--dangerously-skip-permissions` as root. Said, not refused: a
+/// root-owned service may mean it.
+fn warn_root_on_a_users_checkout(ctx: &Ctx, args: &UpArgs, identity: crate::runtime::Identity) {
+    use std::os::unix::fs::MetadataExt;
+    if identity.uid != 0 {
+        return;
+    }
+    let source = [&args.workspace, &args.git_worktree, &args.jj, &args.repo].into_iter().flatten().next();
+    let Some(owner) = source.and_then(|p| std::fs::metadata(p).ok()).map(|m| m.uid()).filter(|uid| *uid != 0) else {
+        return;
+    };
+    ctx.out.warn(format!(
+        "forage-ctl runs as root, so the agent runs as root inside the sandbox and the files it writes belong to root, not to uid {owner} who owns the checkout"
+    ));
+    ctx.out.hint_text(
+        "run forage-ctl as the checkout's owner (a member of the docker group) to give the agent that user's uid",
+    );
 }
 
 /// The user's uncommitted changes: left out (the agent starts from HEAD and

@@ -256,3 +256,29 @@ fn a_non_root_user_runs_as_themself_inside_and_owns_what_the_agent_writes() {
     as_user(&["down", "mine"]);
     env.assert_nothing_left();
 }
+
+/// Run as root on a checkout someone else owns, forage says that the agent will
+/// be root inside and its files root's, and how to give it the owner's uid.
+#[test]
+fn root_on_a_users_checkout_is_told_the_agent_runs_as_root() {
+    let env = Env::new();
+    assert_eq!(nix::unistd::getuid().as_raw(), 0, "the integration tests run as root");
+    let ws = env.mkdir("theirs");
+    nix::unistd::chown(&ws, Some(1000.into()), Some(1000.into())).unwrap();
+    let out = env.run(&["up", "asroot", "--workspace", ws.to_str().unwrap(), "--no-start"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("runs as root inside the sandbox") && stderr.contains("uid 1000 who owns the checkout"),
+        "{stderr}"
+    );
+    env.ok(&["down", "asroot"]);
+
+    // A checkout of root's own gets no such warning.
+    let mine = env.mkdir("mine");
+    let out = env.run(&["up", "mine", "--workspace", mine.to_str().unwrap(), "--no-start"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("runs as root"), "{}", describe(&out));
+    env.ok(&["down", "mine"]);
+    env.assert_nothing_left();
+}
