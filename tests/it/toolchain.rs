@@ -103,10 +103,21 @@ fn a_devcontainer_toolchain_reaches_the_agent_and_the_agents_edits_to_it_change_
     env.ok(&["sync", &a]);
     let on_branch = git(&repo, &["show", &format!("forage-{a}:.devcontainer/devcontainer.json")]);
     assert!(on_branch.contains("nosuch/evil"), "the attack step took effect: {on_branch}");
-    // The next sandbox on the repository gets the user's toolchain all the same.
-    let out = up(&b);
+    // The next sandbox on the repository, even one started from the agent's
+    // branch (its own worktree then holds the agent's devcontainer.json), gets
+    // the toolchain of the user's checkout.
+    let base = format!("forage-{a}");
+    let out = env
+        .cmd(&["up", &b, "-t", "layered", "--git-worktree", r, "--base", &base])
+        .env("FORAGE_TEMPLATES_PATH", &tpl)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     agent_sees_the_toolchain(&env, &b);
+    assert!(
+        sh(&env, &b, "cat /workspace/.devcontainer/devcontainer.json").contains("nosuch/evil"),
+        "b's own copy is the agent's"
+    );
     // And `reset` makes the same from the record, whatever the checkout says now.
     std::fs::write(repo.join(".devcontainer/devcontainer.json"), r#"{"image": "nosuch/changed:1"}"#).unwrap();
     let out = env.cmd(&["reset", &a]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
