@@ -241,6 +241,13 @@ async fn build_args(api: &bollard::Docker, build: &Build<'_>) -> Result<(BTreeMa
     args.insert(super::dockerfile::BASE_ARG.to_owned(), base.to_owned());
     match api.inspect_image(base).await {
         Ok(image) => Ok((args, image.id)),
+        // One forage built, since removed: no registry has it.
+        Err(e) if is_docker_not_found(&e) && (base.starts_with("forage-build/") || base.starts_with("forage-host/")) => {
+            Err(Error::not_found(format!(
+                "the image {base}, which {} is built on, is no longer in the Docker engine (forage built it, and it was removed since); `up` builds it again: `down` the sandbox and `up` it anew",
+                build.what
+            )))
+        }
         // Not in the engine: the build pulls it (or says it cannot).
         Err(e) if is_docker_not_found(&e) => Ok((args, None)),
         Err(e) => Err(Error::docker(format!("inspecting image {base}"), e)),

@@ -123,6 +123,14 @@ fn a_devcontainer_toolchain_reaches_the_agent_and_the_agents_edits_to_it_change_
     let out = env.cmd(&["reset", &a]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     agent_sees_the_toolchain(&env, &a);
+    // The project's image removed since: `reset` says so, and the sandbox runs on.
+    let project = status["record"]["toolchain"]["image"]["reference"].as_str().unwrap().to_owned();
+    assert!(project.starts_with("forage-build/project-repo:"), "{status}");
+    block_on(docker().remove_image(&project, None::<bollard::query_parameters::RemoveImageOptions>, None)).unwrap();
+    let out = env.cmd(&["reset", &a]).env("FORAGE_TEMPLATES_PATH", &tpl).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("the image {project}, which the image of template \"layered\" is built on, is no longer in the Docker engine")), "{}", describe(&out));
+    assert_eq!(sh(&env, &a, "projtool"), "projtool ran \n");
 
     env.ok(&["down", &a]);
     env.ok(&["down", &b]);
