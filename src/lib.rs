@@ -14,4 +14,5 @@ pub mod runtime;
 pub mod sandbox;
 pub mod store;
 pub mod template;
+pub mod toolchain;
 pub mod workspace;

@@ -105,6 +105,10 @@ pub struct UpOptions {
     pub task: bool,
     #[serde(skip)]
     pub task_text: Option<String>,
+    /// `up --no-project-toolchain`: the project's devcontainer.json or
+    /// `.forage/template.yaml` was not read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_project_toolchain: bool,
 }
 
 /// A secret given on the command line: a name and where its value came from,
@@ -197,6 +201,10 @@ pub struct Record {
     /// `stopped`, not that the agent exited with the stop signal's code.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<u64>,
+    /// The project's toolchain the agent was layered on, its image as built
+    /// then (a reference): `reset` layers the agent on the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolchain: Option<crate::toolchain::Toolchain>,
 }
 
 fn git_mode() -> Mode {

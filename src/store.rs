@@ -591,6 +591,7 @@ mod tests {
             journal: vec![],
             pins: vec![],
             stopped_at: None,
+            toolchain: None,
         }
     }
 

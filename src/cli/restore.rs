@@ -39,7 +39,13 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<i32> {
         return Ok(0);
     }
     match &restored {
-        Restored::Sandbox { record, also_archived, .. } => {
+        Restored::Sandbox { record, also_archived, warnings, .. } => {
+            for warning in warnings {
+                ctx.out.warn(warning);
+            }
+            if let Some(toolchain) = &record.toolchain {
+                ctx.out.status(format!("toolchain: {toolchain}"));
+            }
             super::up::report(ctx, record, true)?;
             name_the_others(ctx, also_archived);
         }

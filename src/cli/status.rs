@@ -34,8 +34,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
         }
     }
     history(ctx, &s, ws.mode());
-    line("template", r.template.clone());
-    line("image", r.image.clone());
+    image_lines(ctx, r);
     line("container", r.container.clone());
     line("created", format!("{} ago", age(r.created_at)));
     match &s.container {
@@ -81,5 +80,15 @@ fn history(ctx: &Ctx, s: &SandboxStatus, mode: Mode) {
     }
     for f in &g.not_archivable {
         line("left out", f.clone());
+    }
+}
+
+/// The template, its image, and the project's toolchain it was layered on.
+fn image_lines(ctx: &Ctx, r: &crate::record::Record) {
+    let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
+    line("template", r.template.clone());
+    line("image", r.image.clone());
+    if let Some(toolchain) = &r.toolchain {
+        line("toolchain", toolchain.to_string());
     }
 }

@@ -90,6 +90,10 @@ pub struct UpArgs {
     /// ignored), on your HEAD; your checkout is left as it is.
     #[arg(long)]
     pub include_uncommitted: bool,
+    /// Ignore the project's toolchain (.forage/template.yaml,
+    /// .devcontainer/devcontainer.json): run the template's image as it is.
+    #[arg(long)]
+    pub no_project_toolchain: bool,
     /// Arguments appended to the template's agent command.
     #[arg(last = true)]
     pub agent_args: Vec<String>,
@@ -142,6 +146,7 @@ impl UpArgs {
             start: !self.no_start,
             agent_args: self.agent_args,
             include_uncommitted: self.include_uncommitted,
+            no_project_toolchain: self.no_project_toolchain,
             task: match (self.task, self.task_file) {
                 (Some(text), _) => Some(TaskSpec::Text(text)),
                 (None, Some(file)) => Some(TaskSpec::File(file)),
@@ -177,6 +182,12 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     let request = engine.prepare_up(args.spec()?)?;
     if let Some(found) = &request.host_uncommitted {
         warn_uncommitted(ctx, found);
+    }
+    for warning in &request.warnings {
+        ctx.out.warn(warning);
+    }
+    if let Some(toolchain) = request.toolchain() {
+        ctx.out.status(format!("toolchain: {toolchain}"));
     }
     let started = request.start;
     ctx.cancel_on_signals();

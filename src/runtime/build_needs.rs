@@ -2,9 +2,15 @@
 //! build that fails offline can name every place it needed (a base image's
 //! registry, apt, npm, PyPI, …) rather than only the first that failed.
 
+use std::collections::BTreeMap;
+
+use super::dockerfile::{global_args, logical_lines, substitute};
+
 /// Each network source the Dockerfile's instructions use, in the order they
-/// first appear, in words for the user.
-pub fn network_needs(dockerfile: &str) -> Vec<String> {
+/// first appear, in words for the user. `args` are the build's arguments: a
+/// `FROM ${BASE}` names the image they (or the ARG's default) make it.
+pub fn network_needs(dockerfile: &str, args: &BTreeMap<String, String>) -> Vec<String> {
+    let args = global_args(dockerfile, args);
     let mut needs: Vec<String> = Vec::new();
     let mut stages: Vec<String> = Vec::new();
     let mut add = |need: String| {
@@ -18,13 +24,15 @@ pub fn network_needs(dockerfile: &str) -> Vec<String> {
         let rest: Vec<&str> = words.collect();
         match instruction.as_str() {
             "FROM" => {
-                let args: Vec<&str> = rest.iter().copied().filter(|w| !w.starts_with("--")).collect();
-                if let Some(image) = args.first() {
+                let words: Vec<String> =
+                    rest.iter().filter(|w| !w.starts_with("--")).map(|w| substitute(w, &args)).collect();
+                let words: Vec<&str> = words.iter().map(String::as_str).collect();
+                if let Some(image) = words.first() {
                     if *image != "scratch" && !stages.iter().any(|s| s.eq_ignore_ascii_case(image)) {
                         add(format!("the base image {image} ({})", registry_of(image)));
                     }
                 }
-                if let [_, as_word, stage, ..] = args.as_slice() {
+                if let [_, as_word, stage, ..] = words.as_slice() {
                     if as_word.eq_ignore_ascii_case("as") {
                         stages.push((*stage).to_owned());
                     }
@@ -79,32 +87,6 @@ fn registry_of(image: &str) -> String {
     }
 }
 
-/// The Dockerfile's instructions, continuation lines joined, comments dropped.
-fn logical_lines(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('#') && current.is_empty() {
-            continue;
-        }
-        match trimmed.strip_suffix('\\') {
-            Some(head) => {
-                current.push_str(head);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(trimmed);
-                out.push(std::mem::take(&mut current));
-            }
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,7 +95,7 @@ mod tests {
     fn every_network_source_is_named_once_in_order() {
         let dockerfile = "# comment: RUN npm\nFROM node:22-bookworm-slim\nRUN apt-get update \\\n && apt-get install -y git\nRUN npm install -g x && pip install y\n";
         assert_eq!(
-            network_needs(dockerfile),
+            network_needs(dockerfile, &BTreeMap::new()),
             [
                 "the base image node:22-bookworm-slim (from Docker Hub)",
                 "the distribution's package mirror (apt-get)",
@@ -127,13 +109,24 @@ mod tests {
     fn stages_scratch_and_registries_are_told_apart() {
         let dockerfile = "FROM --platform=linux/amd64 ghcr.io/o/builder:1 AS build\nFROM build\nFROM scratch\nFROM localhost:5000/x\nADD https://example.com/f /f\n";
         assert_eq!(
-            network_needs(dockerfile),
+            network_needs(dockerfile, &BTreeMap::new()),
             [
                 "the base image ghcr.io/o/builder:1 (from registry ghcr.io)",
                 "the base image localhost:5000/x (from registry localhost:5000)",
                 "the URLs its ADD instructions download",
             ]
         );
-        assert!(network_needs("FROM scratch\nCOPY x /x\n").is_empty());
+        assert!(network_needs("FROM scratch\nCOPY x /x\n", &BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_from_of_an_arg_names_the_image_it_is() {
+        let dockerfile = "ARG BASE=node:22-bookworm-slim\nFROM ${BASE}\nRUN apt-get update\n";
+        assert_eq!(
+            network_needs(dockerfile, &BTreeMap::new())[0],
+            "the base image node:22-bookworm-slim (from Docker Hub)"
+        );
+        let given = BTreeMap::from([("BASE".to_string(), "ghcr.io/o/rust:1".to_string())]);
+        assert_eq!(network_needs(dockerfile, &given)[0], "the base image ghcr.io/o/rust:1 (from registry ghcr.io)");
     }
 }

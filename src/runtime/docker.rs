@@ -11,11 +11,11 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
-use super::image::Entry;
+use super::image::{Build, Entry};
 use super::unreachable::{unreachable, DEFAULT_HOST};
 use super::{
-    ContainerDetails, ContainerSpec, ContainerState, ContainerSummary, ExecOptions, Identity, ImageSource, Mount,
-    Network, OutputStream, ReadyImage, Runtime, Session, SessionId, StartWatch, AGENT_HOME, WORKSPACE_TARGET,
+    BaseImage, ContainerDetails, ContainerSpec, ContainerState, ContainerSummary, ExecOptions, Identity, ImageSource,
+    Mount, Network, OutputStream, ReadyImage, Runtime, Session, SessionId, StartWatch, AGENT_HOME, WORKSPACE_TARGET,
 };
 use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
@@ -178,6 +178,26 @@ fn docker_mount(m: &Mount) -> DockerMount {
     }
 }
 
+impl Docker {
+    /// `reference`, which must be in the engine, ready for `create`.
+    async fn ready(&self, reference: String, me: Identity, base: Option<String>) -> Result<ReadyImage> {
+        let image = match self.api().await?.inspect_image(&reference).await {
+            Ok(image) => image,
+            Err(e) if is_docker_not_found(&e) => {
+                return Err(Error::not_found(format!(
+                    "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
+                )))
+            }
+            Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
+        };
+        let has_identity = image
+            .config
+            .and_then(|c| c.labels)
+            .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&format!("{}:{}", me.uid, me.gid)));
+        Ok(ReadyImage { reference, has_identity, programs: None, base })
+    }
+}
+
 impl Runtime for Docker {
     async fn ping(&self) -> Result<()> {
         self.api().await.map(|_| ())
@@ -192,26 +212,33 @@ impl Runtime for Docker {
                 let (reference, tools) =
                     super::image::ensure_host_image(&self.api().await?, template, spec, tool_dirs, *identity, progress)
                         .await?;
-                return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools) });
+                return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools), base: None });
             }
-            ImageSource::Build { template, context, .. } => {
-                super::image::ensure_built_image(&self.api().await?, template, context, progress).await?
+            ImageSource::Build { template, context, base, .. } => {
+                let api = self.api().await?;
+                let no_args = Default::default();
+                let base = match base {
+                    None => None,
+                    Some(BaseImage::Reference(reference)) => Some(reference.clone()),
+                    Some(BaseImage::Build { name, what, context, args }) => {
+                        let project = Build { name, what, template: None, context, base: None, args };
+                        Some(super::image::ensure_built_image(&api, &project, progress).await?)
+                    }
+                };
+                let what = format!("the image of template {template:?}");
+                let agent = Build {
+                    name: template,
+                    what: &what,
+                    template: Some(template),
+                    context,
+                    base: base.as_deref(),
+                    args: &no_args,
+                };
+                let reference = super::image::ensure_built_image(&api, &agent, progress).await?;
+                return self.ready(reference, me, base).await;
             }
         };
-        let image = match self.api().await?.inspect_image(&reference).await {
-            Ok(image) => image,
-            Err(e) if is_docker_not_found(&e) => {
-                return Err(Error::not_found(format!(
-                    "image {reference:?} is not in the Docker engine; load or build it first (`docker pull {reference}` where a registry is reachable), or use a template with `host_image`"
-                )))
-            }
-            Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
-        };
-        let has_identity = image
-            .config
-            .and_then(|c| c.labels)
-            .is_some_and(|l| l.get(super::image::LABEL_IMAGE_IDENTITY) == Some(&format!("{}:{}", me.uid, me.gid)));
-        Ok(ReadyImage { reference, has_identity, programs: None })
+        self.ready(reference, me, None).await
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {

@@ -37,7 +37,7 @@ fn repository_component(template: &str) -> String {
 }
 
 /// What a template's `build` builds from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BuildContext {
     /// A directory on the host (a template file's `build.context`).
     Dir { dir: PathBuf, dockerfile: String },
@@ -144,22 +144,41 @@ pub async fn ensure_host_image(
     Ok((reference, names))
 }
 
-/// Builds a template's image from its Dockerfile unless the engine already has it.
-/// The tag carries a hash of the whole build context, so an edited Dockerfile or
-/// context file builds anew and an unchanged one costs one inspect call.
-pub async fn ensure_built_image(
-    api: &bollard::Docker,
-    template: &str,
-    context: &BuildContext,
-    progress: &dyn Progress,
-) -> Result<String> {
-    let needs = build_needs::network_needs(&dockerfile_text(context));
-    let context = context.clone();
+/// One Dockerfile build: what is built, from what, on what.
+#[derive(Debug, Clone, Copy)]
+pub struct Build<'a> {
+    /// The image's repository under `forage-build/`: the template's name, or
+    /// `project-<directory>` for a project's own image.
+    pub name: &'a str,
+    /// What is built, for messages: `template "claude"`, `the project's image (…)`.
+    pub what: &'a str,
+    /// The template whose Dockerfile `templates export` writes out; `None`
+    /// for a project's image.
+    pub template: Option<&'a str>,
+    pub context: &'a BuildContext,
+    /// The image passed as the build argument `BASE` (the Dockerfile's `ARG BASE`).
+    pub base: Option<&'a str>,
+    /// Further build arguments (a devcontainer's `build.args`).
+    pub args: &'a BTreeMap<String, String>,
+}
+
+/// Builds an image from its Dockerfile unless the engine already has it.
+/// The tag carries a hash of the whole build context, the build arguments,
+/// and the base image's reference and id, so an edited Dockerfile or context
+/// file, or a rebuilt base image, builds anew and an unchanged one costs an
+/// inspect call or two.
+pub async fn ensure_built_image(api: &bollard::Docker, build: &Build<'_>, progress: &dyn Progress) -> Result<String> {
+    let (args, base_id) = build_args(api, build).await?;
+    let mut needs = build_needs::network_needs(&dockerfile_text(build.context), &args);
+    if base_id.is_some() {
+        // A base image in the engine is not fetched.
+        needs.retain(|n| !n.starts_with(&format!("the base image {} ", build.base.unwrap_or_default())));
+    }
+    let context = build.context.clone();
     let (tar, dockerfile) =
         tokio::task::spawn_blocking(move || context_tar(&context)).await.map_err(Error::other)??;
-    let digest = Sha256::digest(&tar);
-    let key: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let reference = format!("forage-build/{}:{key}", repository_component(template));
+    let key = build_key(&tar, &args, base_id.as_deref());
+    let reference = format!("forage-build/{}:{key}", repository_component(build.name));
     match api.inspect_image(&reference).await {
         Ok(_) => return Ok(reference),
         Err(e) if is_docker_not_found(&e) => {}
@@ -171,9 +190,11 @@ pub async fn ensure_built_image(
         t: Some(reference.clone()),
         rm: true,
         forcerm: true,
+        buildargs: (!args.is_empty()).then(|| args.clone().into_iter().collect()),
         labels: Some(std::collections::HashMap::from([(LABEL_IMAGE_KEY.to_string(), key.clone())])),
         ..Default::default()
     };
+    let failed = |detail: &str, last: &[String]| build_failed(build, &reference, &needs, detail, last);
     let mut stream = api.build_image(options, None, Some(bollard::body_full(tar.into())));
     let mut last_lines: Vec<String> = Vec::new();
     while let Some(item) = stream.next().await {
@@ -182,10 +203,10 @@ pub async fn ensure_built_image(
                 bollard::errors::Error::DockerStreamError { error } => error,
                 other => other.to_string(),
             };
-            build_failed(template, &reference, &needs, &detail, &last_lines)
+            failed(&detail, &last_lines)
         })?;
         if let Some(err) = info.error_detail.and_then(|d| d.message) {
-            return Err(build_failed(template, &reference, &needs, &err, &last_lines));
+            return Err(failed(&err, &last_lines));
         }
         if let Some(line) = info.stream.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
             progress.step(&format!("building {reference}: {line}"));
@@ -199,24 +220,65 @@ pub async fn ensure_built_image(
     Ok(reference)
 }
 
+/// The cache key of a build: its context, its arguments, its base image's id.
+fn build_key(tar: &[u8], args: &BTreeMap<String, String>, base_id: Option<&str>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(tar);
+    for (k, v) in args {
+        hasher.update(format!("\0arg {k}={v}"));
+    }
+    if let Some(id) = base_id {
+        hasher.update(format!("\0base-id {id}"));
+    }
+    hasher.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The build's arguments (`BASE` among them when it is layered) and the
+/// base image's id, when the engine has it.
+async fn build_args(api: &bollard::Docker, build: &Build<'_>) -> Result<(BTreeMap<String, String>, Option<String>)> {
+    let mut args = build.args.clone();
+    let Some(base) = build.base else { return Ok((args, None)) };
+    args.insert(super::dockerfile::BASE_ARG.to_owned(), base.to_owned());
+    match api.inspect_image(base).await {
+        Ok(image) => Ok((args, image.id)),
+        // One forage built, since removed: no registry has it.
+        Err(e) if is_docker_not_found(&e) && (base.starts_with("forage-build/") || base.starts_with("forage-host/")) => {
+            Err(Error::not_found(format!(
+                "the image {base}, which {} is built on, is no longer in the Docker engine (forage built it, and it was removed since); `up` builds it again: `down` the sandbox and `up` it anew",
+                build.what
+            )))
+        }
+        // Not in the engine: the build pulls it (or says it cannot).
+        Err(e) if is_docker_not_found(&e) => Ok((args, None)),
+        Err(e) => Err(Error::docker(format!("inspecting image {base}"), e)),
+    }
+}
+
 /// A failed build, with every network source its Dockerfile needs and the
 /// ways to do without them (a build offline fails at the first it reaches).
-fn build_failed(template: &str, reference: &str, needs: &[String], error: &str, last_lines: &[String]) -> Error {
+fn build_failed(build: &Build<'_>, reference: &str, needs: &[String], error: &str, last_lines: &[String]) -> Error {
     let tail = if last_lines.is_empty() { String::new() } else { format!("\n{}", last_lines.join("\n")) };
     let needed = if needs.is_empty() {
         "if it failed pulling its base image, that image must be in the engine or reachable in a registry".to_owned()
     } else {
         format!("its Dockerfile needs, from the network: {}", needs.join(", "))
     };
+    let edit = match build.template {
+        Some(template) => {
+            format!("`forage-ctl templates export {template}` and a Dockerfile that needs only what you have")
+        }
+        None => "a project Dockerfile that needs only what you have, or `up --no-project-toolchain`".to_owned(),
+    };
     Error::other(format!(
-        "building the image of template {template:?} failed: {}; {needed}. Without them: `up --image IMAGE` with an image already in the engine that holds the agent; or build where they are reachable and bring the image here (`docker save {reference}` there, `docker load` here: forage uses an image of that exact tag as it is); or `forage-ctl templates export {template}` and a Dockerfile that needs only what you have{tail}",
+        "building {} failed: {}; {needed}. Without them: `up --image IMAGE` with an image already in the engine that holds the agent; or build where they are reachable and bring the image here (`docker save {reference}` there, `docker load` here: forage uses an image of that exact tag as it is); or {edit}{tail}",
+        build.what,
         error.trim()
     ))
 }
 
 /// The text of the Dockerfile a build uses (empty when it cannot be read:
 /// the build itself will say why).
-fn dockerfile_text(context: &BuildContext) -> String {
+pub fn dockerfile_text(context: &BuildContext) -> String {
     match context {
         BuildContext::Embedded { dockerfile } => (*dockerfile).to_owned(),
         BuildContext::Dir { dir, dockerfile } => {
@@ -301,7 +363,13 @@ fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
                 )));
             }
             let ignore = dockerignore(dir);
-            let mut files = collect_files(dir, &ignore, dockerfile).map_err(io)?;
+            let mut files = collect_files(dir, &ignore, dockerfile).map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => Error::usage(format!(
+                    "the build context {} {e}; leave out what the image does not need in its .dockerignore, or choose a smaller build context",
+                    dir.display()
+                )),
+                _ => io(e),
+            })?;
             files.sort();
             for rel in files {
                 let path = dir.join(&rel);
@@ -312,7 +380,7 @@ fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
                         Entry { kind: tar::EntryType::Symlink, mode: 0o777, owner: (0, 0), link: Some(&target) };
                     entry.append(&mut tar, &rel, &[]).map_err(io)?;
                 } else {
-                    let body = std::fs::read(&path).map_err(io)?;
+                    let body = read_regular(&path, MAX_CONTEXT_BYTES).map_err(io)?;
                     Entry::file(meta.mode() & 0o7777).append(&mut tar, &rel, &body).map_err(io)?;
                 }
             }
@@ -325,7 +393,8 @@ fn context_tar(context: &BuildContext) -> Result<(Vec<u8>, String)> {
 /// The context's `.dockerignore`, as the engine's builder reads it.
 fn dockerignore(dir: &Path) -> ignore::gitignore::Gitignore {
     let mut builder = ignore::gitignore::GitignoreBuilder::new(dir);
-    if let Ok(text) = std::fs::read_to_string(dir.join(".dockerignore")) {
+    let text = read_regular(&dir.join(".dockerignore"), 1 << 20).map(|b| String::from_utf8_lossy(&b).into_owned());
+    if let Ok(text) = text {
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
             // Docker's patterns are relative to the context's root.
             let line = line.trim_start_matches("./");
@@ -337,16 +406,50 @@ fn dockerignore(dir: &Path) -> ignore::gitignore::Gitignore {
     builder.build().unwrap_or_else(|_| ignore::gitignore::Gitignore::empty())
 }
 
+/// The most a build context may hold (its files' bytes, its entries, its
+/// depth): it is packed in memory, and may be a repository an agent wrote.
+const MAX_CONTEXT_BYTES: u64 = 1 << 30;
+const MAX_CONTEXT_ENTRIES: usize = 200_000;
+const MAX_CONTEXT_DEPTH: usize = 64;
+
+/// The regular file at `path`, at most `limit` bytes: never following a
+/// symlink put there since the walk saw a file, never blocking on a FIFO.
+fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
+    }
+    let mut body = Vec::new();
+    file.take(limit + 1).read_to_end(&mut body)?;
+    if body.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{} is larger than {limit} bytes", path.display()),
+        ));
+    }
+    Ok(body)
+}
+
 /// Every file and symlink of the context that `.dockerignore` keeps (never
-/// `.git`), relative to `root`; the Dockerfile always.
+/// `.git`), relative to `root`; the Dockerfile always. Bounded in bytes,
+/// entries and depth before anything is read (`FileTooLarge` past them).
 fn collect_files(
     root: &Path,
     ignore: &ignore::gitignore::Gitignore,
     dockerfile: &str,
 ) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    let too_large = |what: String| std::io::Error::new(std::io::ErrorKind::FileTooLarge, what);
+    let (mut out, mut bytes, mut entries) = (Vec::new(), 0u64, 0usize);
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        if depth > MAX_CONTEXT_DEPTH {
+            return Err(too_large(format!("is deeper than {MAX_CONTEXT_DEPTH} directories")));
+        }
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
             let path = entry.path();
@@ -357,9 +460,19 @@ fn collect_files(
             if !kept || entry.file_name() == ".git" {
                 continue;
             }
+            entries += 1;
+            if entries > MAX_CONTEXT_ENTRIES {
+                return Err(too_large(format!("holds more than {MAX_CONTEXT_ENTRIES} files and directories")));
+            }
             if kind.is_dir() {
-                stack.push(path);
+                stack.push((path, depth + 1));
             } else if kind.is_file() || kind.is_symlink() {
+                if kind.is_file() {
+                    bytes += entry.metadata()?.len();
+                    if bytes > MAX_CONTEXT_BYTES {
+                        return Err(too_large(format!("holds more than {} MiB", MAX_CONTEXT_BYTES >> 20)));
+                    }
+                }
                 out.push(rel);
             }
         }

@@ -4,6 +4,7 @@
 
 mod build_needs;
 pub mod docker;
+pub mod dockerfile;
 pub mod image;
 pub mod seccomp;
 pub mod session;
@@ -103,6 +104,8 @@ pub struct ReadyImage {
     /// The programs on the image's PATH, when forage knows them all (it built the
     /// image from host tools); `None` for other images.
     pub programs: Option<Vec<String>>,
+    /// The image the agent's layer was built on (its `BASE`), when it was.
+    pub base: Option<String>,
 }
 
 /// Where a sandbox's image comes from, and who it is for (the invoking user,
@@ -114,8 +117,25 @@ pub enum ImageSource {
     /// Built offline from host tools found in `tool_dirs` (the user's PATH),
     /// cached by a key over those tools.
     Host { template: String, spec: HostImage, tool_dirs: Vec<PathBuf>, identity: Identity },
-    /// Built from a Dockerfile, cached by a hash of the build context.
-    Build { template: String, context: image::BuildContext, identity: Identity },
+    /// Built from a Dockerfile, cached by a hash of the build context (and
+    /// of its base image, when it is layered on one).
+    Build { template: String, context: image::BuildContext, identity: Identity, base: Option<BaseImage> },
+}
+
+/// The image a template's Dockerfile is layered on (its build argument `BASE`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BaseImage {
+    /// An image reference: in the engine, or pulled by the build.
+    Reference(String),
+    /// The project's own image, built first from its Dockerfile.
+    Build {
+        /// `project-<directory>`: the image's repository under `forage-build/`.
+        name: String,
+        /// For messages: `the project's image (.devcontainer/devcontainer.json)`.
+        what: String,
+        context: image::BuildContext,
+        args: std::collections::BTreeMap<String, String>,
+    },
 }
 
 impl ImageSource {

@@ -316,6 +316,7 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         journal,
         pins: Vec::new(),
         stopped_at: None,
+        toolchain: None,
     }
 }
 

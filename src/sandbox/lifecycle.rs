@@ -22,8 +22,15 @@ pub enum Restored {
         /// The other archives of the same `down`, not restored.
         also_archived: Vec<ArchiveEntry>,
     },
-    /// And a sandbox on it.
-    Sandbox { archive: ArchiveEntry, record: Box<Record>, also_archived: Vec<ArchiveEntry> },
+    /// And a sandbox on it, with what the user should know of the project's
+    /// toolchain (as `up` warns).
+    Sandbox {
+        archive: ArchiveEntry,
+        record: Box<Record>,
+        also_archived: Vec<ArchiveEntry>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    },
 }
 
 impl<R: Runtime> Engine<R> {
@@ -70,8 +77,9 @@ impl<R: Runtime> Engine<R> {
             return Ok(Restored::Branch { archive: entry, branch, also_archived });
         }
         let request = self.prepare_restore_up(name.clone(), &entry, &branch, secrets)?;
+        let warnings = request.warnings.clone();
         let record = self.up(request).await?;
-        Ok(Restored::Sandbox { archive: entry, record: Box::new(record), also_archived })
+        Ok(Restored::Sandbox { archive: entry, record: Box::new(record), also_archived, warnings })
     }
 
     /// Brings archived work back as a branch at the archive commit (the one

@@ -11,10 +11,11 @@ use crate::error::{Error, Result};
 use crate::host_paths::{Exposure, Guard};
 use crate::inside;
 use crate::names::{SandboxName, LABEL_HOME, LABEL_MODE, LABEL_SANDBOX, LABEL_TEMPLATE, LABEL_WORKSPACE};
-use crate::runtime::image::BuildContext;
-use crate::runtime::{ContainerSpec, Identity, ImageSource, Mount, Network, ReadyImage};
+use crate::runtime::image::{self, BuildContext};
+use crate::runtime::{dockerfile, BaseImage, ContainerSpec, Identity, ImageSource, Mount, Network, ReadyImage};
 use crate::store::Home;
 use crate::template::{self, ImageSpec};
+use crate::toolchain::{ProjectImage, Toolchain};
 use crate::workspace::{git, WorkspaceRecord};
 
 pub use crate::record::{SecretFile, UpOptions};
@@ -33,6 +34,14 @@ pub struct ContainerPlan {
     pub(crate) mounts: Vec<Mount>,
     pub(crate) network: Network,
     pub(crate) read_only: bool,
+    /// The project's toolchain the agent is layered on, when it is.
+    pub(crate) toolchain: Option<Toolchain>,
+    /// The toolchain's variables, under the template's own.
+    pub(crate) project_env: BTreeMap<String, String>,
+    /// The toolchain's set-up commands, then the template's `init`.
+    pub(crate) init: Vec<String>,
+    /// What the user should know: a toolchain the template cannot layer on.
+    pub(crate) warnings: Vec<String>,
 }
 
 impl ContainerPlan {
@@ -47,6 +56,7 @@ impl ContainerPlan {
         settings: &Settings,
         identity: Identity,
         secrets_dir: &Path,
+        toolchain: Option<&Toolchain>,
     ) -> Result<ContainerPlan> {
         let t = &template.template;
         let cpus = options.cpus.unwrap_or(t.resources.cpus);
@@ -69,8 +79,16 @@ impl ContainerPlan {
                 read_only: true,
             });
         }
+        let (image, toolchain, warnings) = image_source(template, options, settings, identity, toolchain)?;
+        let project_env = toolchain.as_ref().map(|tc| tc.env.clone()).unwrap_or_default();
+        let mut init = toolchain.as_ref().map(|tc| tc.init.clone()).unwrap_or_default();
+        init.extend(t.init.iter().cloned());
         Ok(ContainerPlan {
-            image: image_source(template, options, settings, identity)?,
+            image,
+            toolchain,
+            project_env,
+            init,
+            warnings,
             memory_bytes: memory.bytes(),
             nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
             secret_env: secret_env(template, options)?,
@@ -81,22 +99,43 @@ impl ContainerPlan {
     }
 }
 
-/// Where the image comes from: `--image`, else the template's image, build or host tools.
+/// Where the image comes from: `--image`, else the template's image, build
+/// or host tools; a template's build layered on the project's toolchain
+/// when it can be (else a warning, and the template as it is), or on its
+/// own `build.base`. Returns the toolchain used, and the warnings.
 fn image_source(
     template: &template::Resolved,
     options: &UpOptions,
     settings: &Settings,
     identity: Identity,
-) -> Result<ImageSource> {
+    toolchain: Option<&Toolchain>,
+) -> Result<(ImageSource, Option<Toolchain>, Vec<String>)> {
     let name = template.name.clone();
     if let Some(reference) = &options.image {
         template::check_image_reference(reference).map_err(|why| Error::usage(format!("--image: {why}")))?;
-        return Ok(ImageSource::Reference { reference: reference.clone(), identity });
+        return Ok((ImageSource::Reference { reference: reference.clone(), identity }, None, Vec::new()));
     }
-    Ok(match &template.template.image {
-        ImageSpec::Reference(reference) => ImageSource::Reference { reference: reference.clone(), identity },
+    let cannot_layer = |why: &str| {
+        toolchain.map(|tc| {
+            format!(
+                "template {name} cannot be layered on the project's toolchain {tc} ({why}), so the agent runs without the project's image, environment and set-up commands; use a template whose Dockerfile starts with `ARG BASE=…` and `FROM ${{BASE}}` (docs/templates.md), or pass --no-project-toolchain"
+            )
+        })
+    };
+    let source = match &template.template.image {
+        ImageSpec::Reference(reference) => {
+            let warning = cannot_layer("it runs the image it names");
+            return Ok((
+                ImageSource::Reference { reference: reference.clone(), identity },
+                None,
+                Vec::from_iter(warning),
+            ));
+        }
         ImageSpec::Host(spec) => {
-            ImageSource::Host { template: name, spec: spec.clone(), tool_dirs: settings.path.clone(), identity }
+            let warning = cannot_layer("its image is made of host tools");
+            let source =
+                ImageSource::Host { template: name, spec: spec.clone(), tool_dirs: settings.path.clone(), identity };
+            return Ok((source, None, Vec::from_iter(warning)));
         }
         ImageSpec::Build(build) => {
             let context = match (template.dir(), template.builtin_dockerfile) {
@@ -108,9 +147,38 @@ fn image_source(
                     return Err(Error::other(format!("template {name} has `build` but no directory to build in")))
                 }
             };
-            ImageSource::Build { template: name, context, identity }
+            let layerable = dockerfile::takes_base(&image::dockerfile_text(&context));
+            if build.base.is_some() && !layerable {
+                return Err(Error::usage(format!(
+                    "template {name} names `build.base` but its Dockerfile does not take it: start the Dockerfile with `ARG BASE=<default image>` and `FROM ${{BASE}}`, or remove `build.base`"
+                )));
+            }
+            (build, context, layerable)
         }
-    })
+    };
+    let (build, context, layerable) = source;
+    let (base, used, warnings) = match toolchain {
+        Some(tc) if layerable => (Some(project_base(tc)), Some(tc.clone()), Vec::new()),
+        Some(_) => {
+            let warning = cannot_layer("its Dockerfile has no `ARG BASE` before its first `FROM ${BASE}`");
+            (build.base.clone().map(BaseImage::Reference), None, Vec::from_iter(warning))
+        }
+        None => (build.base.clone().map(BaseImage::Reference), None, Vec::new()),
+    };
+    Ok((ImageSource::Build { template: name, context, identity, base }, used, warnings))
+}
+
+/// The project's image as the base of the agent's build.
+fn project_base(tc: &Toolchain) -> BaseImage {
+    match &tc.image {
+        ProjectImage::Reference(reference) => BaseImage::Reference(reference.clone()),
+        ProjectImage::Build { name, context, dockerfile, args } => BaseImage::Build {
+            name: name.clone(),
+            what: format!("the project's image ({tc})"),
+            context: BuildContext::Dir { dir: context.clone(), dockerfile: dockerfile.clone() },
+            args: args.clone(),
+        },
+    }
 }
 
 /// The agent's secret environment: (VAR, secret name) for each secret the template
@@ -203,13 +271,14 @@ pub(crate) fn container_spec(
     let mut command = t.agent.command.clone();
     command.extend(options.agent_args.iter().cloned());
     let task_args: &[String] = if options.task { &t.agent.task } else { &[] };
-    let command = launcher::wrap(command, &plan.secret_env, !t.init.is_empty(), task_args);
+    let command = launcher::wrap(command, &plan.secret_env, !plan.init.is_empty(), task_args);
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     match workspace {
         WorkspaceRecord::GitWorktree(g) => env.extend(git::identity_env(&g.repo)),
         WorkspaceRecord::Jj(j) => env.extend(git::identity_env(&j.repo)),
         WorkspaceRecord::Direct { .. } => {}
     }
+    env.extend(plan.project_env.clone());
     env.extend(t.agent.env.clone());
     env.extend(options.env.iter().cloned());
     env.entry("HOME".into()).or_insert_with(|| inside::AGENT_HOME.into());

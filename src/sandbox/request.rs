@@ -58,6 +58,8 @@ pub struct UpSpec {
     pub include_uncommitted: bool,
     /// `--task TEXT` or `--task-file FILE`.
     pub task: Option<TaskSpec>,
+    /// `--no-project-toolchain`: the project's files are not read.
+    pub no_project_toolchain: bool,
 }
 
 /// The agent's first task, as given to `up`.
@@ -93,6 +95,16 @@ pub struct UpRequest {
     /// started from HEAD).
     pub host_uncommitted: Option<HostUncommitted>,
     pub(crate) plan: ContainerPlan,
+    /// What the user should know of the project's toolchain: fields not
+    /// used, files not followed, a template that cannot layer on it.
+    pub warnings: Vec<String>,
+}
+
+impl UpRequest {
+    /// The project's toolchain the agent is layered on, if it is.
+    pub fn toolchain(&self) -> Option<&crate::toolchain::Toolchain> {
+        self.plan.toolchain.as_ref()
+    }
 }
 
 impl UpRequest {
@@ -139,6 +151,22 @@ fn uncommitted_of(
     }
 }
 
+/// The project's toolchain, read from the user's checkout: the repository
+/// the user named (its working tree), or the `--workspace` directory; never
+/// the sandbox's own worktree. Not read with `--image` (which overrides it)
+/// or `--no-project-toolchain`.
+fn project_toolchain(workspace: &WorkspaceRequest, options: &UpOptions) -> Result<crate::toolchain::Reading> {
+    if options.image.is_some() || options.no_project_toolchain {
+        return Ok(Default::default());
+    }
+    let checkout = match workspace {
+        WorkspaceRequest::Direct(d) => &d.path,
+        WorkspaceRequest::GitWorktree(g) => &g.workspace.repo,
+        WorkspaceRequest::Jj(j) => &j.workspace.repo,
+    };
+    crate::toolchain::read(checkout)
+}
+
 impl<R: Runtime> Engine<R> {
     /// Checks `spec` completely (the name, the template, every option, the
     /// secrets, the workspace and every host path the sandbox would see),
@@ -160,6 +188,7 @@ impl<R: Runtime> Engine<R> {
             secrets: self.secret_files(&spec.secrets)?,
             task: spec.task.is_some(),
             task_text: None,
+            no_project_toolchain: spec.no_project_toolchain,
         };
         let task = spec.task.map(|t| self.task_source(&template, t)).transpose()?;
         let workspace = self.workspace_request(
@@ -271,8 +300,19 @@ impl<R: Runtime> Engine<R> {
     ) -> Result<UpRequest> {
         let guard = guard(&self.home, &self.settings);
         let secrets_dir = self.home.secrets_dir().join(name.as_str());
-        let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity, &secrets_dir)?;
-        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan };
+        let reading = project_toolchain(&workspace, &options)?;
+        let plan = ContainerPlan::new(
+            &template,
+            &options,
+            &guard,
+            &self.settings,
+            self.identity,
+            &secrets_dir,
+            reading.toolchain.as_ref(),
+        )?;
+        let mut warnings = reading.warnings;
+        warnings.extend(plan.warnings.iter().cloned());
+        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan, warnings };
         let workspace = request.workspace_record();
         workspace.check_host_paths(&guard)?;
         // Every host path the container would mount, and what its agent writes:

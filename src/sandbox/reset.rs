@@ -41,8 +41,7 @@ impl<R: Runtime> Engine<R> {
         let options = &record.options.clone();
         // Everything refused before a possibly slow image build.
         let guard = guard(&self.home, &self.settings);
-        let secrets_dir = self.home.secrets_dir().join(name.as_str());
-        let plan = ContainerPlan::new(template, options, &guard, &self.settings, self.identity, &secrets_dir)?;
+        let plan = self.plan_again(template, &record, &guard)?;
         record.workspace.check_host_paths(&guard)?;
         let image = self.runtime.ensure_image(&plan.image, self.progress.as_ref()).await?;
         let spec =
@@ -57,9 +56,10 @@ impl<R: Runtime> Engine<R> {
         self.runtime.stop(&record.container, record.stop_timeout).await?;
         self.runtime.remove(&record.container).await?;
         // From here on the record describes the new container.
-        record.image = image.reference;
+        record.image = image.reference.clone();
         record.stop_timeout = template.template.stop_timeout;
-        record.init = template.template.init.clone();
+        record.init = plan.init.clone();
+        record.toolchain = super::up::built_toolchain(&plan, &image);
         record.stopped_at = None;
         self.home.save(&record)?;
 
@@ -82,6 +82,20 @@ impl<R: Runtime> Engine<R> {
         }
         self.progress.finish();
         Ok(record)
+    }
+
+    /// The container's plan from the template as it is now, and the
+    /// project's toolchain `up` used, as it was built then: not read again
+    /// from a checkout that may have changed since.
+    fn plan_again(
+        &self,
+        template: &template::Resolved,
+        record: &Record,
+        guard: &crate::host_paths::Guard,
+    ) -> Result<ContainerPlan> {
+        let secrets_dir = self.home.secrets_dir().join(record.name.as_str());
+        let toolchain = record.toolchain.as_ref();
+        ContainerPlan::new(template, &record.options, guard, &self.settings, self.identity, &secrets_dir, toolchain)
     }
 
     /// The pins of the new container's `mounts`: a path the old container

@@ -43,7 +43,7 @@ impl Runtime for FakeRuntime {
         if self.fail_image.load(Ordering::SeqCst) {
             return Err(Error::other("image build failed on purpose"));
         }
-        Ok(ReadyImage { reference: "fake:1".into(), has_identity: true, programs: None })
+        Ok(ReadyImage { reference: "fake:1".into(), has_identity: true, programs: None, base: None })
     }
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
         self.log(&format!("create {}", spec.name));
@@ -151,6 +151,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         task: None,
         agent_args: Vec::new(),
         include_uncommitted: false,
+        no_project_toolchain: false,
     };
     engine.prepare_up(spec).unwrap()
 }

@@ -45,15 +45,16 @@ impl<R: Runtime> Engine<R> {
             state: RecordState::Creating,
             created_at: now(),
             template: req.template.name.clone(),
-            image: image.reference,
+            image: image.reference.clone(),
             container: spec.name.clone(),
             workspace,
             stop_timeout: t.stop_timeout,
-            init: t.init.clone(),
+            init: req.plan.init.clone(),
             options: req.options.clone(),
             journal: Vec::new(),
             pins: Vec::new(),
             stopped_at: None,
+            toolchain: built_toolchain(&req.plan, &image),
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -289,6 +290,19 @@ impl<R: Runtime> Engine<R> {
         }
         Ok(())
     }
+}
+
+/// The toolchain the plan layered the agent on, its image now the
+/// reference it was built as (or named), for the record.
+pub(crate) fn built_toolchain(
+    plan: &super::plan::ContainerPlan,
+    image: &crate::runtime::ReadyImage,
+) -> Option<crate::toolchain::Toolchain> {
+    let mut toolchain = plan.toolchain.clone()?;
+    if let Some(base) = &image.base {
+        toolchain.image = crate::toolchain::ProjectImage::Reference(base.clone());
+    }
+    Some(toolchain)
 }
 
 /// What making `part` is, for the progress line.

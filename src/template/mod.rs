@@ -324,6 +324,14 @@ mod tests {
     }
 
     #[test]
+    fn the_builtin_agent_dockerfiles_can_be_layered_on_a_project_image() {
+        for name in ["claude", "codex", "opencode"] {
+            let (_, dockerfile) = builtin_files(name).unwrap();
+            assert!(crate::runtime::dockerfile::takes_base(dockerfile.unwrap()), "{name}");
+        }
+    }
+
+    #[test]
     fn unknown_field_points_at_line_and_column() {
         let err = parse("image: x\nagent: {command: [sh]}\nbogus: 1\n", "t.yaml").unwrap_err();
         let msg = err.to_string();

@@ -134,6 +134,12 @@ pub struct BuildSpec {
     /// The Dockerfile, relative to the context.
     #[serde(default = "default_dockerfile")]
     pub dockerfile: String,
+    /// An image (in the engine, or pulled by the build) to layer on: passed
+    /// as the build argument `BASE`, which the Dockerfile declares with
+    /// `ARG BASE=<default>` before its first `FROM ${BASE}`. A project's own
+    /// toolchain, when it has one, takes its place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 fn default_context() -> String {
@@ -298,7 +304,12 @@ impl TryFrom<RawTemplate> for Template {
                 super::check_image_reference(&r).map_err(|why| format!("image: {why}"))?;
                 ImageSpec::Reference(r)
             }
-            (None, Some(b), None) => ImageSpec::Build(b),
+            (None, Some(b), None) => {
+                if let Some(base) = &b.base {
+                    super::check_image_reference(base).map_err(|why| format!("build.base: {why}"))?;
+                }
+                ImageSpec::Build(b)
+            }
             (None, None, Some(h)) => ImageSpec::Host(h),
             (None, None, None) => {
                 return Err("set one of `image` (an image in the engine), `build` or `host_image`".into())

@@ -157,7 +157,10 @@ fn the_readme_install_puts_man_pages_where_man_finds_them() {
 fn templates_show_the_embedded_dockerfile_and_export_writes_it_out_for_editing() {
     let env = Env::new();
     let dockerfile = env.ok(&["templates", "show", "claude", "--dockerfile"]);
-    assert!(dockerfile.starts_with("FROM ") && dockerfile.contains("claude-code"), "{dockerfile}");
+    assert!(
+        dockerfile.contains("\nARG BASE=node:22-bookworm-slim\nFROM ${BASE}\n") && dockerfile.contains("claude-code"),
+        "{dockerfile}"
+    );
     let shown = env.ok(&["templates", "show", "claude"]);
     let first = dockerfile.lines().next().unwrap();
     assert!(shown.contains(&format!("\n#   {first}\n")), "the Dockerfile follows as comments:\n{shown}");

@@ -31,3 +31,4 @@ mod restore_review;
 mod review;
 mod templates;
 mod terminal;
+mod toolchain;

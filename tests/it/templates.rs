@@ -491,7 +491,7 @@ fn builtin_agent_templates_need_a_registry_and_say_so() {
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("template \"claude\"") && stderr.contains("registry") && stderr.contains("FROM node:"),
+        stderr.contains("template \"claude\"") && stderr.contains("registry") && stderr.contains("FROM ${BASE}"),
         "{stderr}"
     );
     // Every place the build needs, not only the first it failed at, and each
