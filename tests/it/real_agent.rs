@@ -11,7 +11,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest};
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
+    NetworkDisconnectRequest,
+};
 use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
@@ -253,6 +256,12 @@ impl Drop for Stub {
     fn drop(&mut self) {
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         let _ = block_on(docker().remove_container(&self.container, Some(options)));
+        // A sandbox still running on the network (a failed test) would keep it.
+        let joined = block_on(docker().inspect_network(&self.network, None)).ok().and_then(|n| n.containers);
+        for container in joined.unwrap_or_default().into_keys() {
+            let request = NetworkDisconnectRequest { container, force: Some(true) };
+            let _ = block_on(docker().disconnect_network(&self.network, request));
+        }
         let _ = block_on(docker().remove_network(&self.network));
     }
 }
