@@ -26,6 +26,7 @@ mod jj_isolation;
 mod merge_conflicts;
 mod next_step;
 mod output;
+mod real_agent;
 mod reset;
 mod restore_review;
 mod review;

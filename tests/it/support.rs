@@ -16,7 +16,13 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_forage-ctl");
 /// Tests that use the default image hold this shared; the test that deletes and
 /// rebuilds it holds it exclusively, so it never pulls the image from under another.
 pub fn image_lock(exclusive: bool) -> Flock<File> {
-    let path = std::env::temp_dir().join("forage-it-default-image.lock");
+    lock_file("forage-it-default-image.lock", exclusive)
+}
+
+/// A lock shared by every test process on this machine, on file `name` in the
+/// temporary directory (e.g. around building a fixture image once).
+pub fn lock_file(name: &str, exclusive: bool) -> Flock<File> {
+    let path = std::env::temp_dir().join(name);
     let file = File::options().create(true).truncate(false).write(true).open(path).unwrap();
     let arg = if exclusive { FlockArg::LockExclusive } else { FlockArg::LockShared };
     Flock::lock(file, arg).map_err(|(_, e)| e).unwrap()

@@ -1187,13 +1187,20 @@ pub fn identity_env(repo: &Path) -> Vec<(String, String)> {
         ("GIT_COMMITTER_NAME".into(), name.clone()),
         ("GIT_COMMITTER_EMAIL".into(), email.clone()),
         ("JJ_USER".into(), name.clone()),
-        ("JJ_EMAIL".into(), email),
+        ("JJ_EMAIL".into(), email.clone()),
         // No automatic gc or maintenance inside: repacking the host's repository is
         // the user's business, not the agent's, and it would race other sandboxes.
-        ("GIT_CONFIG_COUNT".into(), "2".into()),
+        ("GIT_CONFIG_COUNT".into(), "4".into()),
         ("GIT_CONFIG_KEY_0".into(), "gc.auto".into()),
         ("GIT_CONFIG_VALUE_0".into(), "0".into()),
         ("GIT_CONFIG_KEY_1".into(), "maintenance.auto".into()),
         ("GIT_CONFIG_VALUE_1".into(), "false".into()),
+        // The identity as config too: agents that read `git config user.name`
+        // rather than committing through git (Aider) otherwise find none and write
+        // a placeholder ("Your Name") into the agent's repository.
+        ("GIT_CONFIG_KEY_2".into(), "user.name".into()),
+        ("GIT_CONFIG_VALUE_2".into(), name),
+        ("GIT_CONFIG_KEY_3".into(), "user.email".into()),
+        ("GIT_CONFIG_VALUE_3".into(), email),
     ]
 }

@@ -1,0 +1,415 @@
+//! A real agent end to end: Aider (`aider-chat` from PyPI) in a sandbox, given a
+//! task with `up --task`, talking to a local OpenAI-compatible stub that answers
+//! with a fixed edit. No registry: the images are built on this machine, from a
+//! Debian root file system made with debootstrap (Debian's mirror) and PyPI.
+//!
+//! The fixture images are built once per machine and reused (`fixture`); the stub
+//! runs as a test container on a private network of its own (`Stub`).
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
+    NetworkDisconnectRequest,
+};
+use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
+use futures_util::StreamExt;
+
+use crate::support::*;
+
+/// The fixture images: a Debian bookworm base made with debootstrap, and Aider
+/// on it, built from the built-in template's Dockerfile.
+mod fixture {
+    use std::collections::HashMap;
+    use std::io::Read;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
+    use futures_util::StreamExt;
+    use sha2::{Digest, Sha256};
+
+    use crate::support::*;
+
+    pub const BOOKWORM: &str = "forage-test-bookworm:1";
+    pub const AIDER: &str = "forage-test-aider:0.86.2";
+    /// The label holding the hash of the build context an Aider image was built
+    /// from: an edited template Dockerfile builds the fixture anew.
+    const KEY_LABEL: &str = "forage.test.key";
+    const TEMPLATE_DOCKERFILE: &str = include_str!("../../templates/aider/Dockerfile");
+    /// The CA bundle pip inside the build trusts: the host's, which knows the
+    /// machine's TLS proxy if there is one.
+    const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+    /// Both images, built unless the engine has them, under a lock of their own
+    /// so that two test runs never build them at once (and never the default
+    /// image's lock, which other tests hold shared for their whole run).
+    pub fn images() {
+        let _lock = lock_file("forage-it-aider-fixture.lock", true);
+        bookworm();
+        aider();
+    }
+
+    fn has_image(reference: &str) -> Option<bollard::models::ImageInspect> {
+        block_on(docker().inspect_image(reference)).ok()
+    }
+
+    /// `debootstrap --variant=minbase` into a scratch directory, imported as an
+    /// image through the Engine API (what `docker import` does).
+    pub fn bookworm() {
+        if has_image(BOOKWORM).is_some() {
+            return;
+        }
+        let started = Instant::now();
+        let debootstrap = ["/usr/sbin/debootstrap", "/sbin/debootstrap", "/usr/bin/debootstrap"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("debootstrap is installed (apt-get install debootstrap; .ci/run does it)");
+        let scratch = tempfile::Builder::new().prefix("forage-it-bookworm-").tempdir().unwrap();
+        let root = scratch.path().join("root");
+        let out = Command::new(debootstrap)
+            .args(["--variant=minbase", "--include=python3,python3-venv,git,ca-certificates", "bookworm"])
+            .arg(&root)
+            .arg("http://deb.debian.org/debian")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "debootstrap of bookworm failed (Debian's mirror reachable?): {}",
+            describe(&out)
+        );
+        // A tar of the tree, streamed from tar(1) to the engine; /dev is the
+        // engine's business at run time.
+        let mut tar = Command::new("tar")
+            .args(["--numeric-owner", "--exclude=./dev/*", "-C"])
+            .arg(&root)
+            .args(["-cf", "-", "."])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = tar.stdout.take().unwrap();
+        let chunks = futures_util::stream::unfold(stdout, |mut out| async move {
+            let mut buf = vec![0u8; 1 << 20];
+            match out.read(&mut buf) {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(bytes::Bytes::from(buf)), out))
+                }
+                Err(e) => Some((Err(e), out)),
+            }
+        });
+        let (repo, tag) = BOOKWORM.split_once(':').unwrap();
+        let options = CreateImageOptions {
+            from_src: Some("-".into()),
+            repo: Some(repo.into()),
+            tag: Some(tag.into()),
+            changes: vec!["CMD [\"bash\"]".into()],
+            ..Default::default()
+        };
+        let imported: Vec<_> =
+            block_on(docker().create_image(Some(options), Some(bollard::body_try_stream(chunks)), None).collect());
+        assert!(tar.wait().unwrap().success(), "tar of the bookworm tree failed");
+        for item in imported {
+            item.unwrap_or_else(|e| panic!("importing {BOOKWORM}: {e}"));
+        }
+        assert!(has_image(BOOKWORM).is_some(), "{BOOKWORM} is not in the engine after its import");
+        eprintln!("fixture: {BOOKWORM} made in {:.0?}", started.elapsed());
+    }
+
+    /// The built-in template's Dockerfile, unchanged but for the host's CA
+    /// bundle for pip, on the bookworm image (its `BASE`).
+    fn dockerfile() -> String {
+        let from = "FROM ${BASE}\n";
+        assert!(TEMPLATE_DOCKERFILE.contains(from), "the aider template's Dockerfile has no `{from}`");
+        TEMPLATE_DOCKERFILE.replacen(
+            from,
+            &format!(
+                "{from}COPY host-ca.crt /etc/forage-test/host-ca.crt\nARG PIP_CERT=/etc/forage-test/host-ca.crt\n"
+            ),
+            1,
+        )
+    }
+
+    /// The Aider layer, built through the Engine API unless an image of the same
+    /// context is there already.
+    pub fn aider() {
+        let ca = std::fs::read(HOST_CA).unwrap_or_else(|e| panic!("the host's CA bundle {HOST_CA}: {e}"));
+        let mut context = tar::Builder::new(Vec::new());
+        for (name, data) in [("Dockerfile", dockerfile().into_bytes()), ("host-ca.crt", ca)] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            context.append_data(&mut header, name, data.as_slice()).unwrap();
+        }
+        let context = context.into_inner().unwrap();
+        let key: String = Sha256::digest(&context).iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let previous = has_image(AIDER);
+        let built_key = previous.as_ref().and_then(|i| i.config.as_ref()?.labels.as_ref()?.get(KEY_LABEL).cloned());
+        if built_key.as_deref() == Some(key.as_str()) {
+            return;
+        }
+        let started = Instant::now();
+        let options = BuildImageOptions {
+            dockerfile: "Dockerfile".into(),
+            t: Some(AIDER.into()),
+            rm: true,
+            forcerm: true,
+            buildargs: Some(HashMap::from([("BASE".to_string(), BOOKWORM.to_string())])),
+            labels: Some(HashMap::from([(KEY_LABEL.to_string(), key)])),
+            ..Default::default()
+        };
+        let mut lines = Vec::new();
+        let built: Vec<_> =
+            block_on(docker().build_image(options, None, Some(bollard::body_full(context.into()))).collect());
+        for item in built {
+            let info = item.unwrap_or_else(|e| panic!("building {AIDER}: {e}\n{}", lines.join("\n")));
+            if let Some(error) = info.error_detail.and_then(|d| d.message) {
+                panic!("building {AIDER} (PyPI reachable?): {error}\n{}", lines.join("\n"));
+            }
+            lines.extend(info.stream.map(|l| l.trim_end().to_owned()));
+        }
+        eprintln!("fixture: {AIDER} built in {:.0?}", started.elapsed());
+        // The image of an older Dockerfile, untagged now: not kept for ever.
+        if let Some(id) = previous.and_then(|i| i.id) {
+            let _ = block_on(docker().remove_image(&id, None::<bollard::query_parameters::RemoveImageOptions>, None));
+        }
+    }
+}
+
+/// The OpenAI-compatible stub, a test container on a private network made for
+/// it; both removed when dropped, whatever the test did.
+struct Stub {
+    network: String,
+    container: String,
+}
+
+/// The port the stub listens on, and the name the sandbox reaches it by.
+const STUB_PORT: u16 = 8080;
+const STUB_ALIAS: &str = "stub";
+
+impl Stub {
+    fn start(env: &Env, name: &str, file: &str, content: &str, commit_message: &str) -> Stub {
+        let stub = Stub { network: format!("forage-test-net-{name}"), container: format!("forage-test-stub-{name}") };
+        // No route out: the stub needs none, and the sandbox keeps its own.
+        let network = NetworkCreateRequest { name: stub.network.clone(), internal: Some(true), ..Default::default() };
+        block_on(docker().create_network(network)).unwrap();
+        let script = env.path("openai_stub.py");
+        std::fs::write(&script, include_str!("fixtures/openai_stub.py")).unwrap();
+        let endpoint = EndpointSettings { aliases: Some(vec![STUB_ALIAS.into()]), ..Default::default() };
+        let config = ContainerCreateBody {
+            image: Some(fixture::BOOKWORM.into()),
+            cmd: Some(
+                ["python3", "-u", "/stub.py", &STUB_PORT.to_string(), file, content, commit_message]
+                    .map(String::from)
+                    .into(),
+            ),
+            host_config: Some(HostConfig {
+                binds: Some(vec![format!("{}:/stub.py:ro", script.display())]),
+                network_mode: Some(stub.network.clone()),
+                ..Default::default()
+            }),
+            networking_config: Some(bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(stub.network.clone(), endpoint)])),
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(stub.container.clone()), ..Default::default() };
+        block_on(docker().create_container(Some(options), config)).unwrap();
+        block_on(docker().start_container(&stub.container, None)).unwrap();
+        assert!(
+            eventually(120, || stub.requests_raw().contains("\"listening\"")),
+            "the stub did not start: {}",
+            stub.requests_raw()
+        );
+        stub
+    }
+
+    /// Joins a created (not yet started) sandbox's container to the stub's network.
+    fn connect(&self, container: &str) {
+        let request = NetworkConnectRequest { container: container.into(), endpoint_config: None };
+        block_on(docker().connect_network(&self.network, request)).unwrap();
+    }
+
+    /// Everything the stub printed: one JSON line per request.
+    fn requests_raw(&self) -> String {
+        let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+        let chunks: Vec<_> = block_on(docker().logs(&self.container, Some(options)).collect());
+        chunks
+            .into_iter()
+            .filter_map(Result::ok)
+            .map(|c| String::from_utf8_lossy(&c.into_bytes()).into_owned())
+            .collect()
+    }
+
+    fn requests(&self) -> Vec<serde_json::Value> {
+        self.requests_raw().lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).collect()
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        let _ = block_on(docker().remove_container(&self.container, Some(options)));
+        // A sandbox still running on the network (a failed test) would keep it.
+        let joined = block_on(docker().inspect_network(&self.network, None)).ok().and_then(|n| n.containers);
+        for container in joined.unwrap_or_default().into_keys() {
+            let request = NetworkDisconnectRequest { container, force: Some(true) };
+            let _ = block_on(docker().disconnect_network(&self.network, request));
+        }
+        let _ = block_on(docker().remove_network(&self.network));
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    // The repository is the ordinary user's; root's git asks to be told it is safe.
+    let out = Command::new("git").args(["-c", "safe.directory=*", "-C"]).arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", describe(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
+    let started = std::time::Instant::now();
+    fixture::images();
+    eprintln!("fixture ready after {:.0?}", started.elapsed());
+
+    // forage run by an ordinary user: as root, file ownership would prove nothing.
+    let uid = 4251;
+    let env = Env::new();
+    env.give(env.dir.path(), uid);
+    let name = env.unique("aider");
+    let key = format!("sk-forage-test-{}", name.replace('-', ""));
+
+    let repo = env.mkdir("repo");
+    std::fs::write(repo.join("hello.txt"), "Hello, world!\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "Forage Tester"]);
+    git(&repo, &["config", "user.email", "tester@forage.invalid"]);
+    git(&repo, &["add", "hello.txt"]);
+    git(&repo, &["commit", "-qm", "init"]);
+    Command::new("chown").arg("-R").arg(uid.to_string()).arg(&repo).status().unwrap();
+
+    let edited = "Hello, forage!\n";
+    let commit_message = "Greet forage instead of the world";
+    let stub = Stub::start(&env, &name, "hello.txt", edited, commit_message);
+    let as_user = |args: &[&str]| {
+        let out = env.cmd_as(uid, args).env("OPENAI_API_KEY", &key).output().unwrap();
+        assert!(out.status.success(), "forage-ctl {args:?}: {}", describe(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+
+    let base = format!("OPENAI_API_BASE=http://{STUB_ALIAS}:{STUB_PORT}/v1");
+    as_user(&[
+        "up",
+        &name,
+        "-t",
+        "aider",
+        "--image",
+        fixture::AIDER,
+        "--git-worktree",
+        repo.to_str().unwrap(),
+        "--secret",
+        "openai=env:OPENAI_API_KEY",
+        "--env",
+        &base,
+        "--no-start",
+        "--task",
+        "Change hello.txt so that it greets forage instead of the world.",
+        "--",
+        "--model",
+        "openai/forage-stub",
+    ]);
+    let container = format!("forage-{name}");
+    stub.connect(&container);
+    as_user(&["start", &name]);
+
+    // Generous: a loaded machine, and Aider imports a lot before its first request.
+    let waited = env.cmd_as(uid, &["wait", &name, "--until", "exited", "--timeout", "15m"]).output().unwrap();
+    let logs = as_user(&["logs", &name]);
+    assert_eq!(waited.status.code(), Some(0), "wait: {}\n--- agent's log\n{logs}", describe(&waited));
+    let state = inspect(&container).expect("the sandbox's container").state.unwrap();
+    assert_eq!(state.exit_code, Some(0), "Aider's exit code; its log:\n{logs}");
+
+    // The stub was asked for the edit and for a commit message, with the key.
+    let requests = stub.requests();
+    let kinds: Vec<&str> = requests.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert!(kinds.contains(&"edit") && kinds.contains(&"commit"), "{requests:?}\n--- agent's log\n{logs}");
+    let bearer = format!("Bearer {key}");
+    for request in requests.iter().filter(|r| r["method"] == "POST") {
+        assert_eq!(request["authorization"].as_str(), Some(bearer.as_str()), "{request}");
+    }
+
+    // The edit and Aider's own commit, on forage-NAME once synced.
+    as_user(&["sync", &name]);
+    let branch = format!("forage-{name}");
+    assert_eq!(git(&repo, &["show", &format!("{branch}:hello.txt")]), edited);
+    let message = git(&repo, &["log", "-1", "--format=%B", &branch]);
+    assert!(message.starts_with(commit_message), "{message}");
+    assert!(message.contains("Co-authored-by: aider (openai/forage-stub)"), "not Aider's commit: {message}");
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%an <%ae>", &branch]).trim(),
+        "Forage Tester <tester@forage.invalid>"
+    );
+    assert_eq!(git(&repo, &["rev-parse", &format!("{branch}~1")]), git(&repo, &["rev-parse", "main"]));
+    assert_eq!(git(&repo, &["diff", "--name-only", "main", &branch]), "hello.txt\n");
+
+    // The files Aider wrote are the user's.
+    let worktree = env.home.join("workspaces").join(&name);
+    // Aider writes the questions `--yes-always` answered into its chat history:
+    // the one about the file it edits, none about .gitignore or analytics.
+    let history = std::fs::read_to_string(worktree.join(".aider.chat.history.md")).unwrap();
+    let answered: Vec<&str> = history.lines().filter(|l| l.contains("(Y)es/(N)o")).collect();
+    assert_eq!(answered, ["> Add file to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  "], "{history}");
+    let gid = docker_gid();
+    for file in ["hello.txt", ".aider.chat.history.md"] {
+        let meta = std::fs::metadata(worktree.join(file)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (uid, gid), "{file}");
+    }
+
+    // The key: in no configuration, no log, and no file of forage's but the
+    // secret's own private copy (which the container mounts).
+    let inspected = serde_json::to_string(&inspect(&container).unwrap()).unwrap();
+    assert!(inspected.contains(fixture::AIDER) && !inspected.contains(&key), "the key is in docker inspect");
+    assert!(logs.contains("Applied edit to hello.txt") && !logs.contains(&key), "{logs}");
+    // Non-interactive as the template promises: it asked nothing, and found the
+    // git identity forage gives (else it writes "Your Name" into the repository).
+    for question in ["(Y)es/(N)o", "Update git name", "Aider respects your privacy", "Added .aider", "pypi"] {
+        assert!(!logs.contains(question), "{question:?} in the agent's log:\n{logs}");
+    }
+    let copy = env.home.join("secrets").join(&name).join("openai");
+    assert_eq!(files_containing(&env.home, &key), vec![copy.clone()]);
+    assert_eq!(std::fs::metadata(&copy).unwrap().mode() & 0o777, 0o600);
+
+    as_user(&["down", &name]);
+    assert!(files_containing(&env.home, &key).is_empty());
+    env.assert_nothing_left_but_archives();
+    drop(stub);
+    eprintln!("test done after {:.0?}", started.elapsed());
+}
