@@ -3,8 +3,12 @@
 //! with a fixed edit. No registry: the images are built on this machine, from a
 //! Debian root file system made with debootstrap (Debian's mirror) and PyPI.
 //!
-//! The fixture images are built once per machine and reused (`fixture`); the stub
-//! runs as a test container on a private network of its own (`Stub`).
+//! The path a user takes: the repository's `.devcontainer/devcontainer.json`
+//! names its toolchain image (a Debian bookworm root file system made with
+//! debootstrap, built once per machine and reused: `fixture`), and `up -t aider`
+//! builds the built-in aider template's Dockerfile on top of it, installing
+//! `aider-chat` from PyPI. The stub runs as a test container on a private
+//! network of its own (`Stub`).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -20,48 +24,38 @@ use futures_util::StreamExt;
 
 use crate::support::*;
 
-/// The fixture images: a Debian bookworm base made with debootstrap, and Aider
-/// on it, built from the built-in template's Dockerfile.
+/// The project's toolchain image: Debian bookworm made with debootstrap.
 mod fixture {
-    use std::collections::HashMap;
     use std::io::Read;
     use std::path::Path;
     use std::process::{Command, Stdio};
     use std::time::Instant;
 
-    use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
+    use bollard::query_parameters::CreateImageOptions;
     use futures_util::StreamExt;
-    use sha2::{Digest, Sha256};
 
     use crate::support::*;
 
-    pub const BOOKWORM: &str = "forage-test-bookworm:1";
-    pub const AIDER: &str = "forage-test-aider:0.86.2";
-    /// The label holding the hash of the build context an Aider image was built
-    /// from: an edited template Dockerfile builds the fixture anew.
-    const KEY_LABEL: &str = "forage.test.key";
-    const TEMPLATE_DOCKERFILE: &str = include_str!("../../templates/aider/Dockerfile");
+    /// `:2` holds the host's CA bundle for pip (`:1` did not).
+    pub const BOOKWORM: &str = "forage-test-bookworm:2";
     /// The CA bundle pip inside the build trusts: the host's, which knows the
-    /// machine's TLS proxy if there is one.
+    /// machine's TLS proxy if there is one. The image names it in `PIP_CERT`,
+    /// as a project image on such a network would.
     const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
+    const CA_INSIDE: &str = "etc/forage-test/host-ca.crt";
 
-    /// Both images, built unless the engine has them, under a lock of their own
-    /// so that two test runs never build them at once (and never the default
-    /// image's lock, which other tests hold shared for their whole run).
-    pub fn images() {
-        let _lock = lock_file("forage-it-aider-fixture.lock", true);
-        bookworm();
-        aider();
-    }
-
-    fn has_image(reference: &str) -> Option<bollard::models::ImageInspect> {
-        block_on(docker().inspect_image(reference)).ok()
+    fn has_image(reference: &str) -> bool {
+        block_on(docker().inspect_image(reference)).is_ok()
     }
 
     /// `debootstrap --variant=minbase` into a scratch directory, imported as an
-    /// image through the Engine API (what `docker import` does).
+    /// image through the Engine API (what `docker import` does), unless the
+    /// engine has it; under a lock of its own so that two test runs never build
+    /// it at once (and never the default image's lock, which other tests hold
+    /// shared for their whole run).
     pub fn bookworm() {
-        if has_image(BOOKWORM).is_some() {
+        let _lock = lock_file("forage-it-aider-fixture.lock", true);
+        if has_image(BOOKWORM) {
             return;
         }
         let started = Instant::now();
@@ -82,6 +76,9 @@ mod fixture {
             "debootstrap of bookworm failed (Debian's mirror reachable?): {}",
             describe(&out)
         );
+        let ca = root.join(CA_INSIDE);
+        std::fs::create_dir_all(ca.parent().unwrap()).unwrap();
+        std::fs::copy(HOST_CA, &ca).unwrap_or_else(|e| panic!("the host's CA bundle {HOST_CA}: {e}"));
         // A tar of the tree, streamed from tar(1) to the engine; /dev is the
         // engine's business at run time.
         let mut tar = Command::new("tar")
@@ -108,7 +105,7 @@ mod fixture {
             from_src: Some("-".into()),
             repo: Some(repo.into()),
             tag: Some(tag.into()),
-            changes: vec!["CMD [\"bash\"]".into()],
+            changes: vec!["CMD [\"bash\"]".into(), format!("ENV PIP_CERT=/{CA_INSIDE}")],
             ..Default::default()
         };
         let imported: Vec<_> =
@@ -117,68 +114,8 @@ mod fixture {
         for item in imported {
             item.unwrap_or_else(|e| panic!("importing {BOOKWORM}: {e}"));
         }
-        assert!(has_image(BOOKWORM).is_some(), "{BOOKWORM} is not in the engine after its import");
+        assert!(has_image(BOOKWORM), "{BOOKWORM} is not in the engine after its import");
         eprintln!("fixture: {BOOKWORM} made in {:.0?}", started.elapsed());
-    }
-
-    /// The built-in template's Dockerfile, unchanged but for the host's CA
-    /// bundle for pip, on the bookworm image (its `BASE`).
-    fn dockerfile() -> String {
-        let from = "FROM ${BASE}\n";
-        assert!(TEMPLATE_DOCKERFILE.contains(from), "the aider template's Dockerfile has no `{from}`");
-        TEMPLATE_DOCKERFILE.replacen(
-            from,
-            &format!(
-                "{from}COPY host-ca.crt /etc/forage-test/host-ca.crt\nARG PIP_CERT=/etc/forage-test/host-ca.crt\n"
-            ),
-            1,
-        )
-    }
-
-    /// The Aider layer, built through the Engine API unless an image of the same
-    /// context is there already.
-    pub fn aider() {
-        let ca = std::fs::read(HOST_CA).unwrap_or_else(|e| panic!("the host's CA bundle {HOST_CA}: {e}"));
-        let mut context = tar::Builder::new(Vec::new());
-        for (name, data) in [("Dockerfile", dockerfile().into_bytes()), ("host-ca.crt", ca)] {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            context.append_data(&mut header, name, data.as_slice()).unwrap();
-        }
-        let context = context.into_inner().unwrap();
-        let key: String = Sha256::digest(&context).iter().take(8).map(|b| format!("{b:02x}")).collect();
-        let previous = has_image(AIDER);
-        let built_key = previous.as_ref().and_then(|i| i.config.as_ref()?.labels.as_ref()?.get(KEY_LABEL).cloned());
-        if built_key.as_deref() == Some(key.as_str()) {
-            return;
-        }
-        let started = Instant::now();
-        let options = BuildImageOptions {
-            dockerfile: "Dockerfile".into(),
-            t: Some(AIDER.into()),
-            rm: true,
-            forcerm: true,
-            buildargs: Some(HashMap::from([("BASE".to_string(), BOOKWORM.to_string())])),
-            labels: Some(HashMap::from([(KEY_LABEL.to_string(), key)])),
-            ..Default::default()
-        };
-        let mut lines = Vec::new();
-        let built: Vec<_> =
-            block_on(docker().build_image(options, None, Some(bollard::body_full(context.into()))).collect());
-        for item in built {
-            let info = item.unwrap_or_else(|e| panic!("building {AIDER}: {e}\n{}", lines.join("\n")));
-            if let Some(error) = info.error_detail.and_then(|d| d.message) {
-                panic!("building {AIDER} (PyPI reachable?): {error}\n{}", lines.join("\n"));
-            }
-            lines.extend(info.stream.map(|l| l.trim_end().to_owned()));
-        }
-        eprintln!("fixture: {AIDER} built in {:.0?}", started.elapsed());
-        // The image of an older Dockerfile, untagged now: not kept for ever.
-        if let Some(id) = previous.and_then(|i| i.id) {
-            let _ = block_on(docker().remove_image(&id, None::<bollard::query_parameters::RemoveImageOptions>, None));
-        }
     }
 }
 
@@ -297,7 +234,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
 #[test]
 fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     let started = std::time::Instant::now();
-    fixture::images();
+    fixture::bookworm();
     eprintln!("fixture ready after {:.0?}", started.elapsed());
 
     // forage run by an ordinary user: as root, file ownership would prove nothing.
@@ -312,7 +249,15 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["config", "user.name", "Forage Tester"]);
     git(&repo, &["config", "user.email", "tester@forage.invalid"]);
-    git(&repo, &["add", "hello.txt"]);
+    // The project's toolchain: its devcontainer names the image, and forage
+    // layers the built-in aider template on it.
+    std::fs::create_dir(repo.join(".devcontainer")).unwrap();
+    let devcontainer = format!(
+        "// the project's toolchain\n{{\"image\": \"{}\", \"containerEnv\": {{\"PROJECT_TOOLCHAIN\": \"bookworm\"}},}}\n",
+        fixture::BOOKWORM
+    );
+    std::fs::write(repo.join(".devcontainer/devcontainer.json"), devcontainer).unwrap();
+    git(&repo, &["add", "hello.txt", ".devcontainer"]);
     git(&repo, &["commit", "-qm", "init"]);
     Command::new("chown").arg("-R").arg(uid.to_string()).arg(&repo).status().unwrap();
 
@@ -326,13 +271,13 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     };
 
     let base = format!("OPENAI_API_BASE=http://{STUB_ALIAS}:{STUB_PORT}/v1");
-    as_user(&[
+    // The first run builds the aider image (pip from PyPI), minutes on a
+    // loaded machine; later runs find it by its key.
+    let up = as_user(&[
         "up",
         &name,
         "-t",
         "aider",
-        "--image",
-        fixture::AIDER,
         "--git-worktree",
         repo.to_str().unwrap(),
         "--secret",
@@ -347,6 +292,11 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
         "openai/forage-stub",
     ]);
     let container = format!("forage-{name}");
+    let image = inspect(&container).unwrap().config.unwrap().image.unwrap();
+    assert!(image.starts_with("forage-build/aider:"), "{image}: not the built-in template's image\n{up}");
+    let status: serde_json::Value = serde_json::from_str(&as_user(&["status", &name, "--json"])).unwrap();
+    let toolchain = &status["record"]["toolchain"];
+    assert_eq!(toolchain["source"], ".devcontainer/devcontainer.json", "{toolchain}");
     stub.connect(&container);
     as_user(&["start", &name]);
 
@@ -396,7 +346,10 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     // The key: in no configuration, no log, and no file of forage's but the
     // secret's own private copy (which the container mounts).
     let inspected = serde_json::to_string(&inspect(&container).unwrap()).unwrap();
-    assert!(inspected.contains(fixture::AIDER) && !inspected.contains(&key), "the key is in docker inspect");
+    assert!(
+        inspected.contains("PROJECT_TOOLCHAIN=bookworm") && !inspected.contains(&key),
+        "the key is in docker inspect"
+    );
     assert!(logs.contains("Applied edit to hello.txt") && !logs.contains(&key), "{logs}");
     // Non-interactive as the template promises: it asked nothing, and found the
     // git identity forage gives (else it writes "Your Name" into the repository).
