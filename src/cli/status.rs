@@ -35,6 +35,9 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     }
     history(ctx, &s, ws.mode());
     line("template", r.template.clone());
+    if let Some(profile) = &r.options.profile {
+        line("profile", format!("{profile} (its agent's state: `forage-ctl login --list`)"));
+    }
     line("image", r.image.clone());
     line("container", r.container.clone());
     line("created", format!("{} ago", age(r.created_at)));

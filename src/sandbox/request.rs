@@ -58,6 +58,8 @@ pub struct UpSpec {
     pub include_uncommitted: bool,
     /// `--task TEXT` or `--task-file FILE`.
     pub task: Option<TaskSpec>,
+    /// `--profile`: whose copy of the agent's state the sandbox is given.
+    pub profile: Option<String>,
 }
 
 /// The agent's first task, as given to `up`.
@@ -93,6 +95,8 @@ pub struct UpRequest {
     /// started from HEAD).
     pub host_uncommitted: Option<HostUncommitted>,
     pub(crate) plan: ContainerPlan,
+    /// `login`'s sandbox, whose workspace `up` makes (empty) and removes.
+    pub(crate) login_dir: bool,
 }
 
 impl UpRequest {
@@ -160,6 +164,7 @@ impl<R: Runtime> Engine<R> {
             secrets: self.secret_files(&spec.secrets)?,
             task: spec.task.is_some(),
             task_text: None,
+            profile: super::agent_state::profile_for(&template, spec.profile)?,
         };
         let task = spec.task.map(|t| self.task_source(&template, t)).transpose()?;
         let workspace = self.workspace_request(
@@ -257,11 +262,15 @@ impl<R: Runtime> Engine<R> {
             }
         };
         let template = self.templates().resolve(&entry.template)?;
-        let options = UpOptions { secrets: self.secret_files(secrets)?, ..UpOptions::default() };
+        let options = UpOptions {
+            secrets: self.secret_files(secrets)?,
+            profile: super::agent_state::profile_for(&template, None)?,
+            ..UpOptions::default()
+        };
         self.finish_request(name, template, workspace, options, true)
     }
 
-    fn finish_request(
+    pub(crate) fn finish_request(
         &self,
         name: SandboxName,
         template: template::Resolved,
@@ -272,7 +281,8 @@ impl<R: Runtime> Engine<R> {
         let guard = guard(&self.home, &self.settings);
         let secrets_dir = self.home.secrets_dir().join(name.as_str());
         let plan = ContainerPlan::new(&template, &options, &guard, &self.settings, self.identity, &secrets_dir)?;
-        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan };
+        let request =
+            UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan, login_dir: false };
         let workspace = request.workspace_record();
         workspace.check_host_paths(&guard)?;
         // Every host path the container would mount, and what its agent writes:

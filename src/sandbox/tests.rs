@@ -112,6 +112,13 @@ impl Runtime for FakeRuntime {
     async fn last_output(&self, _: &str) -> Result<Option<std::time::SystemTime>> {
         Ok(None)
     }
+    async fn upload(&self, _: &str, _: &str, _: Vec<u8>) -> Result<()> {
+        self.log("upload");
+        Ok(())
+    }
+    async fn download(&self, _: &str, _: &str, _: &str, _: u64) -> Result<crate::runtime::Download> {
+        Ok(crate::runtime::Download::Absent)
+    }
 }
 
 /// An engine over `runtime`, with FORAGE_HOME at `<dir>/home` and one template,
@@ -149,6 +156,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         allow_home: false,
         start: true,
         task: None,
+        profile: None,
         agent_args: Vec::new(),
         include_uncommitted: false,
     };
