@@ -32,7 +32,9 @@ pub struct Current {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Write the sandbox's version, as changed at this time.
-    Write { changed_at: u64 },
+    Write {
+        changed_at: u64,
+    },
     Delete,
 }
 

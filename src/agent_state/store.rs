@@ -348,7 +348,7 @@ mod tests {
         };
         let seen = BTreeMap::from([(f.clone(), seen)]);
         let (done, next) = store.write_back(&given, &paths, &seen, 200).unwrap();
-        assert_eq!(done.written, [f.clone()]);
+        assert_eq!(done.written, std::slice::from_ref(&f));
         let stored = store.read_for_giving("claude", "default", &paths).unwrap();
         assert_eq!(stored[&f], (b"token-1".to_vec(), 150));
         let (again, _) = store.write_back(&next, &paths, &seen, 300).unwrap();

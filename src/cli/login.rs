@@ -57,7 +57,10 @@ pub async fn login(ctx: &Ctx, args: LoginArgs) -> Result<i32> {
             "template": template, "profile": args.profile, "exit_code": code, "files": files,
         }))?;
     } else if files == 0 {
-        ctx.out.warn(format!("nothing is stored for template {template}, profile {}: the login wrote none of the template's state files", args.profile));
+        ctx.out.warn(format!(
+            "nothing is stored for template {template}, profile {}: the login wrote none of the template's state files",
+            args.profile
+        ));
     } else {
         ctx.out.status(format!(
             "stored the login of template {template}, profile {} ({files} file{}); sandboxes of it start logged in",
@@ -77,7 +80,11 @@ pub async fn login(ctx: &Ctx, args: LoginArgs) -> Result<i32> {
 async fn run_login(ctx: &Ctx, engine: &Engine<Docker>, record: &Record, command: Vec<String>) -> Result<i64> {
     let tty = std::io::stdin().is_terminal();
     if tty {
-        ctx.out.status(format!("running `{}` for template {}; exit it once logged in", command.join(" "), record.template));
+        ctx.out.status(format!(
+            "running `{}` for template {}; exit it once logged in",
+            command.join(" "),
+            record.template
+        ));
     }
     let size = tty.then(terminal::window_size).flatten();
     let session = engine.exec(&record.name, command, true, tty, size).await?;
@@ -114,7 +121,12 @@ fn list(ctx: &Ctx, engine: &Engine<Docker>) -> Result<i32> {
     }
     let mut table = Table::new(["TEMPLATE", "PROFILE", "FILES", "CHANGED"]);
     for p in &all {
-        table.row([shown(&p.template), shown(&p.profile), p.files.to_string(), p.changed_at.map(age).unwrap_or_default()]);
+        table.row([
+            shown(&p.template),
+            shown(&p.profile),
+            p.files.to_string(),
+            p.changed_at.map(age).unwrap_or_default(),
+        ]);
     }
     ctx.out.data_block(table.to_string());
     Ok(0)

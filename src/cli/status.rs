@@ -34,10 +34,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
         }
     }
     history(ctx, &s, ws.mode());
-    line("template", r.template.clone());
-    if let Some(profile) = &r.options.profile {
-        line("profile", format!("{profile} (its agent's state: `forage-ctl login --list`)"));
-    }
+    line("template", template_line(r));
     line("image", r.image.clone());
     line("container", r.container.clone());
     line("created", format!("{} ago", age(r.created_at)));
@@ -64,6 +61,14 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
         ctx.out.hint(hint);
     }
     Ok(0)
+}
+
+/// The template, and the profile of its agent's state when it keeps one.
+fn template_line(r: &crate::record::Record) -> String {
+    match &r.options.profile {
+        Some(profile) => format!("{} (agent state: profile {profile})", r.template),
+        None => r.template.clone(),
+    }
 }
 
 /// The branch or bookmark against its base, and the uncommitted files.

@@ -28,9 +28,9 @@ impl Step {
                 Step::AgentState => {
                     let file = scope.agent_state_dir.join("sandboxes").join(format!("{}.json", record.name.as_str()));
                     match std::fs::remove_file(&file) {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(crate::error::Error::other(
-                            format!("removing {}: {e}", file.display()),
-                        )),
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            Err(crate::error::Error::other(format!("removing {}: {e}", file.display())))
+                        }
                         _ => Ok(()),
                     }
                 }
