@@ -48,9 +48,20 @@ impl<R: Runtime> Engine<R> {
     /// the agent's state: journaled first, then what it was given recorded,
     /// then the files copied into its home, owned by the agent.
     pub(crate) async fn give_agent_state(&self, record: &mut Record, paths: &[String]) -> Result<()> {
+        if record.options.profile.is_none() {
+            return Ok(());
+        }
+        self.begin(record, Step::AgentState)?;
+        self.hand_state(record, paths).await?;
+        self.checkpoint(Step::AgentState.checkpoint()).await
+    }
+
+    /// Copies the profile's state files (of `paths`) into the container of
+    /// `record` (`up`, and `reset` for its new container), after recording
+    /// what it is given.
+    pub(crate) async fn hand_state(&self, record: &Record, paths: &[String]) -> Result<()> {
         let Some(profile) = record.options.profile.clone() else { return Ok(()) };
         self.step(&format!("giving the agent its state (profile {profile})"));
-        self.begin(record, Step::AgentState)?;
         let store = StateStore::new(&self.home);
         let (template, parsed) = (record.template.clone(), state_paths(paths));
         let files = {
@@ -69,7 +80,7 @@ impl<R: Runtime> Engine<R> {
             let tar = archive::upload(&files, (self.identity.uid, self.identity.gid)).map_err(Error::other)?;
             self.runtime.upload(&record.container, AGENT_HOME, tar).await?;
         }
-        self.checkpoint(Step::AgentState.checkpoint()).await
+        Ok(())
     }
 
     /// Takes back what the agent of `record` changed of its state, if it was

@@ -137,8 +137,11 @@ fn profiles_are_separate_and_logout_removes_one() {
     assert_eq!(status["record"]["options"]["profile"], "work");
     assert!(env.ok(&["status", &w]).contains("(agent state: profile work)"));
     env.ok(&["exec", &w, "--", "claude"]);
+    // `reset` keeps the state: the new container starts from token-2.
+    env.ok(&["reset", &w]);
+    wait_for_token(&env, &w, "token-3");
     env.ok(&["down", &w]);
-    assert_eq!(token(&env, "work").as_deref(), Some("token-2"));
+    assert_eq!(token(&env, "work").as_deref(), Some("token-3"));
     assert_eq!(token(&env, "default").as_deref(), Some("token-1"), "one profile's sandbox wrote another's");
 
     let list = env.json(&["login", "--list", "--json"]);
