@@ -122,6 +122,11 @@ impl<R: Runtime> Engine<R> {
         self.step("taking back the agent's state");
         let paths = state_paths(&given.paths);
         let seen = self.read_state(record, &paths).await?;
+        // The engine answers 404 for a missing path and a missing container
+        // alike: one removed while it was read would read as deletions.
+        if self.runtime.inspect(&record.container).await?.is_none() {
+            return Err(Error::other(format!("container {} went away while it was read", record.container)));
+        }
         let (done, next) = {
             let (store, given, paths) = (store.clone(), given.clone(), paths.clone());
             super::blocking(move || store.write_back(&given, &paths, &seen, now())).await?

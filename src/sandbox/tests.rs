@@ -271,3 +271,37 @@ fn reset_settles_the_image_before_it_touches_the_old_container() {
     assert_eq!(record.state, RecordState::Ready);
     assert_eq!(record.journal, vec![Step::Container { name: "forage-r".into() }], "the journal is unchanged");
 }
+
+#[test]
+fn up_gives_the_agents_state_after_create_and_before_start_and_down_forgets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Arc::new(FakeRuntime::default());
+    let eng = engine(dir.path(), runtime.clone());
+    std::fs::write(dir.path().join("templates/fake.yaml"), "image: fake:1\nagent: {command: [sh], state: [.tok]}\n")
+        .unwrap();
+    // The store holds a token for the default profile.
+    let store = crate::agent_state::store::StateStore::new(&eng.home);
+    let given = crate::agent_state::Given {
+        template: "fake".into(),
+        profile: "default".into(),
+        paths: vec![".tok".into()],
+        ..Default::default()
+    };
+    let seen = crate::agent_state::archive::Seen {
+        files: [(".tok".to_owned(), crate::agent_state::archive::SeenFile { bytes: b"t1".to_vec(), mtime: 1 })].into(),
+        ..Default::default()
+    };
+    let paths = crate::agent_state::state_paths(&given.paths);
+    store.write_back(&given, &paths, &[(".tok".to_owned(), seen)].into(), 2).unwrap();
+
+    let req = request(&eng, "s", direct_workspace(dir.path()));
+    let record = block_on(eng.up(req)).unwrap();
+    assert_eq!(record.options.profile.as_deref(), Some("default"));
+    assert_eq!(runtime.calls(), ["ensure_image", "create forage-s", "upload", "start forage-s"]);
+    assert!(record.journal.contains(&Step::AgentState));
+    let name = SandboxName::parse("s").unwrap();
+    let had = store.given(&name).unwrap().unwrap();
+    assert_eq!(had.files[".tok"].as_deref(), Some(crate::agent_state::sha256(b"t1").as_str()));
+    block_on(eng.down(&name, DownOptions::default())).unwrap();
+    assert_eq!(store.given(&name).unwrap(), None, "down left what the sandbox was given");
+}

@@ -226,6 +226,50 @@ fn login_runs_the_agents_login_and_leaves_nothing_behind() {
 }
 
 #[test]
+fn login_interrupted_leaves_nothing_behind() {
+    use std::io::Read;
+    let env = Env::new();
+    fake_template(&env);
+    // Stdin stays open and empty: the login waits for its token.
+    let mut child = env
+        .cmd(&["login", "fake", "--profile", "cut"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let prompted = || String::from_utf8_lossy(&seen.lock().unwrap()).contains("token: ");
+    assert!(eventually(120, prompted), "the login never asked: {:?}", String::from_utf8_lossy(&seen.lock().unwrap()));
+    assert_eq!(env.containers().len(), 1, "the login's sandbox runs");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    reader.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"), "{}", describe(&out));
+    assert_eq!(token(&env, "cut"), None);
+    for dir in ["sandboxes", "workspaces", "agent-state/sandboxes"] {
+        let left: Vec<_> =
+            std::fs::read_dir(env.home.join(dir)).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "left in {dir}: {left:?}");
+    }
+    env.assert_nothing_left_but_state();
+}
+
+#[test]
 fn what_the_agent_plants_in_its_state_never_reaches_the_store() {
     let env = Env::new();
     fake_template(&env);
