@@ -347,3 +347,27 @@ impl StateLeft for Env {
         assert_eq!(files, Vec::<PathBuf>::new(), "files left in FORAGE_HOME");
     }
 }
+
+#[test]
+fn gc_removes_what_a_sandbox_without_a_record_was_given() {
+    let env = Env::new();
+    fake_template(&env);
+    let ws = env.mkdir("ws");
+    let name = env.unique("gc");
+    up(&env, &name, &ws, &[]);
+    wait_for_token(&env, &name, "token-1");
+    // The record deleted by hand: its container and its note of the state are orphans.
+    std::fs::remove_file(env.home.join(format!("sandboxes/{name}.json"))).unwrap();
+    let note = env.home.join(format!("agent-state/sandboxes/{name}.json"));
+    assert!(note.exists());
+    let kinds = |v: &serde_json::Value| -> Vec<String> {
+        let rows = v.get("findings").unwrap_or(v).as_array().cloned().unwrap_or_default();
+        rows.iter().map(|f| f["kind"].as_str().unwrap_or_default().to_owned()).collect()
+    };
+    let dry = env.json(&["gc", "--json"]);
+    assert!(kinds(&dry).contains(&"orphan-agent-state".to_owned()), "{dry}");
+    assert!(note.exists(), "a dry run removed it");
+    env.ok(&["gc", "--force"]);
+    assert!(!note.exists());
+    env.assert_nothing_left_but_state();
+}
