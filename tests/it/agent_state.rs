@@ -356,6 +356,9 @@ fn gc_removes_what_a_sandbox_without_a_record_was_given() {
     let name = env.unique("gc");
     up(&env, &name, &ws, &[]);
     wait_for_token(&env, &name, "token-1");
+    env.ok(&["down", &name]);
+    up(&env, &name, &ws, &[]);
+    wait_for_token(&env, &name, "token-2");
     // The record deleted by hand: its container and its note of the state are orphans.
     std::fs::remove_file(env.home.join(format!("sandboxes/{name}.json"))).unwrap();
     let note = env.home.join(format!("agent-state/sandboxes/{name}.json"));
@@ -369,5 +372,16 @@ fn gc_removes_what_a_sandbox_without_a_record_was_given() {
     assert!(note.exists(), "a dry run removed it");
     env.ok(&["gc", "--force"]);
     assert!(!note.exists());
+    // Without its record, forage never took that sandbox's token back.
+    assert_eq!(token(&env, "default").as_deref(), Some("token-1"));
+    env.assert_nothing_left_but_state();
+
+    // `up` killed right after it gave the state: `gc --force` finishes the
+    // undo, the note included, and the store keeps its token.
+    env.killed_after(&["up", &name, "-t", "fake", "--workspace", ws.to_str().unwrap()], "agent-state");
+    assert!(note.exists(), "the kill came before the state was given");
+    env.ok(&["gc", "--force"]);
+    assert!(!note.exists());
+    assert_eq!(token(&env, "default").as_deref(), Some("token-1"));
     env.assert_nothing_left_but_state();
 }
