@@ -98,7 +98,6 @@ pub fn read(state: &StatePath, tar: &[u8], budget: &mut Budget) -> Result<Seen, 
         }
         let is_root = rel == state.rel();
         match kind {
-            tar::EntryType::Directory if is_root && state.is_dir() => {}
             tar::EntryType::Directory if state.is_dir() => {}
             tar::EntryType::Directory => {
                 seen.skip(rel, "is a directory where the template names a file");

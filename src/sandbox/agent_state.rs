@@ -68,19 +68,19 @@ impl<R: Runtime> Engine<R> {
             let (store, template, profile) = (store.clone(), template.clone(), profile.clone());
             super::blocking(move || store.read_for_giving(&template, &profile, &parsed)).await?
         };
-        let given = Given {
-            template,
-            profile,
-            paths: paths.to_vec(),
-            at: now(),
-            files: files.iter().map(|(f, (bytes, _))| (f.clone(), Some(crate::agent_state::sha256(bytes)))).collect(),
-        };
+        // Noted as given nothing until the copy is made: a container that
+        // lacks the files because the copy failed must not read as an agent
+        // that deleted them (the rollback's write-back would delete them).
+        let mut given = Given { template, profile, paths: paths.to_vec(), at: now(), files: Default::default() };
         store.save_given(&record.name, &given)?;
-        if !files.is_empty() {
-            let tar = archive::upload(&files, (self.identity.uid, self.identity.gid)).map_err(Error::other)?;
-            self.runtime.upload(&record.container, AGENT_HOME, tar).await?;
+        if files.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let tar = archive::upload(&files, (self.identity.uid, self.identity.gid)).map_err(Error::other)?;
+        self.runtime.upload(&record.container, AGENT_HOME, tar).await?;
+        given.files =
+            files.iter().map(|(f, (bytes, _))| (f.clone(), Some(crate::agent_state::sha256(bytes)))).collect();
+        store.save_given(&record.name, &given)
     }
 
     /// Takes back what the agent of `record` changed of its state, if it was
@@ -212,7 +212,12 @@ impl<R: Runtime> Engine<R> {
             )));
         }
         let login = agent.login.clone();
-        let name = SandboxName::parse(&format!("login-{}", std::process::id())).map_err(Error::other)?;
+        // Container names are the engine's, shared by every FORAGE_HOME: the
+        // process id and the clock keep two logins apart.
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        let name = SandboxName::parse(&format!("login-{}-{:04x}", std::process::id(), nanos & 0xffff))
+            .map_err(Error::other)?;
         super::ensure_name_free(&self.home, &name)?;
         // The agent's own login only: no init, no secrets, no task.
         let t = &mut resolved.template;

@@ -239,6 +239,8 @@ fn login_interrupted_leaves_nothing_behind() {
         .spawn()
         .unwrap();
     let mut stdout = child.stdout.take().unwrap();
+    // Held open until forage-ctl has exited: its end would end the login.
+    let stdin = child.stdin.take().unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let reader = {
         let seen = seen.clone();
@@ -257,6 +259,7 @@ fn login_interrupted_leaves_nothing_behind() {
     assert_eq!(env.containers().len(), 1, "the login's sandbox runs");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
+    drop(stdin);
     reader.join().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"), "{}", describe(&out));
