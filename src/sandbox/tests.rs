@@ -194,6 +194,7 @@ fn engine_and_its_futures_are_send(engine: Engine<crate::runtime::docker::Docker
     send(engine.reset(&name, |_| Err(Error::other("x"))));
     send(engine.restore(&name, None, None, true, &[]));
     send(engine.attach(&name));
+    send(engine.logout("t", "p"));
     let _: Option<Synced> = None;
 }
 
