@@ -388,3 +388,21 @@ fn gc_removes_what_a_sandbox_without_a_record_was_given() {
     assert_eq!(token(&env, "default").as_deref(), Some("token-1"));
     env.assert_nothing_left_but_state();
 }
+
+#[test]
+fn a_container_removed_behind_forages_back_is_a_warning_not_an_error() {
+    let env = Env::new();
+    fake_template(&env);
+    let ws = env.mkdir("ws");
+    let name = env.unique("gone");
+    up(&env, &name, &ws, &[]);
+    wait_for_token(&env, &name, "token-1");
+    let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };
+    block_on(env.docker().remove_container(&format!("forage-{name}"), Some(opts))).unwrap();
+    let out = env.run(&["down", &name]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("its container is gone, so its agent's state (profile default) was not saved"), "{err}");
+    assert_eq!(token(&env, "default"), None);
+    env.assert_nothing_left_but_state();
+}
