@@ -109,10 +109,10 @@ pub fn read(state: &StatePath, tar: &[u8], budget: &mut Budget) -> Result<Seen, 
                 // Bounded from the header, before the body is read.
                 let size = entry.header().size().map_err(|e| format!("its archive cannot be read ({e})"))?;
                 if left.files == 0 {
-                    return Err(format!("it holds more than {MAX_FILES} files"));
+                    return Err(over_files());
                 }
                 if size > left.bytes {
-                    return Err(format!("its files are larger than {} MiB", MAX_BYTES >> 20));
+                    return Err(over_bytes());
                 }
                 let mtime = entry.header().mtime().unwrap_or(0);
                 let mut bytes = Vec::with_capacity(size as usize);
@@ -133,6 +133,16 @@ pub fn read(state: &StatePath, tar: &[u8], budget: &mut Budget) -> Result<Seen, 
     }
     *budget = left;
     Ok(seen)
+}
+
+/// Why a state path that passes the bytes bound is not taken.
+pub fn over_bytes() -> String {
+    format!("with it, the state passes the {} MiB forage takes back from one sandbox", MAX_BYTES >> 20)
+}
+
+/// Why a state path that passes the files bound is not taken.
+pub fn over_files() -> String {
+    format!("with it, the state passes the {MAX_FILES} files forage takes back from one sandbox")
 }
 
 /// The path (relative to the agent's home) of an archive entry named `raw`,
@@ -251,10 +261,10 @@ mod tests {
         entry(&mut t, tar::EntryType::Regular, ".codex/b", b"12345", None);
         let tar = t.into_inner().unwrap();
         let mut small = Budget { bytes: 8, files: 10 };
-        assert!(read(&state, &tar, &mut small).unwrap_err().contains("larger"));
+        assert_eq!(read(&state, &tar, &mut small).unwrap_err(), over_bytes());
         assert_eq!(small.bytes, 8, "a refused path takes nothing of the budget");
         let mut few = Budget { bytes: 100, files: 1 };
-        assert!(read(&state, &tar, &mut few).unwrap_err().contains("more than"));
+        assert_eq!(read(&state, &tar, &mut few).unwrap_err(), over_files());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use super::{now, Engine, UpRequest};
 use crate::agent_state::archive::{self, Budget, Seen};
 use crate::agent_state::store::{StateStore, StoredProfile, TakenBack};
-use crate::agent_state::{state_paths, Given, StatePath, DEFAULT_PROFILE, MAX_BYTES};
+use crate::agent_state::{state_paths, Given, StatePath, DEFAULT_PROFILE};
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::record::{Record, Step, UpOptions};
@@ -152,7 +152,7 @@ impl<R: Runtime> Engine<R> {
                     seen.insert(path.rel().to_owned(), Seen::default());
                 }
                 Download::TooLarge => {
-                    self.progress.warn(&not_saved(format!("it is larger than {} MiB", MAX_BYTES >> 20)));
+                    self.progress.warn(&not_saved(archive::over_bytes()));
                 }
                 Download::ThroughSymlink(dir) => {
                     self.progress.warn(&not_saved(format!("{dir} is a symbolic link (never followed)")));

@@ -297,7 +297,7 @@ fn what_the_agent_plants_in_its_state_never_reaches_the_store() {
     assert!(out.status.success(), "{}", describe(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("symbolic link"), "no warning for the symlinks: {err}");
-    assert!(err.contains("larger than 16 MiB"), "no warning for the big file: {err}");
+    assert!(err.contains("passes the 16 MiB forage takes back"), "no warning for the big file: {err}");
     assert_eq!((token(&env, "default"), stored(&env, "default", ".claude/.claude.json")), before, "store changed");
     assert_eq!(stored(&env, "default", ".fake/small"), None, "part of a refused directory was taken");
     for file in env.home_files() {
@@ -313,7 +313,11 @@ fn what_the_agent_plants_in_its_state_never_reaches_the_store() {
     assert_eq!(env.ok(&["exec", &y, "--", "sh", "-c", many]).trim(), "1001");
     let out = env.run(&["down", &y]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("more than 1000 files"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("passes the 1000 files forage takes back"),
+        "{}",
+        describe(&out)
+    );
     assert_eq!(stored(&env, "default", ".fake/f0"), None);
     assert_eq!(token(&env, "default").as_deref(), Some("token-2"), "the token is still taken");
 
