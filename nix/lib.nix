@@ -173,6 +173,8 @@ let
       command = (if nonNull program then [ program ] else agent.command or [ ]) ++ (agent.args or [ ]);
       secrets = agent.secrets or { };
       task = agent.task or [ ];
+      state = agent.state or [ ];
+      login = agent.login or [ ];
       build = t.build or null;
       hostImage =
         if nonNull (t.hostImage or null) then
@@ -198,7 +200,9 @@ let
         env = agent.env or { };
       }
       // optionalAttrs (secrets != { }) { inherit secrets; }
-      // optionalAttrs (task != [ ]) { inherit task; };
+      // optionalAttrs (task != [ ]) { inherit task; }
+      // optionalAttrs (state != [ ]) { inherit state; }
+      // optionalAttrs (login != [ ]) { inherit login; };
       workspace.read_only = (t.workspace or { }).readOnly or defaults.workspaceReadOnly;
       network = t.network or defaults.network;
       resources = {

@@ -155,6 +155,30 @@ let
             the file holding it (read inside the container).
           '';
         };
+        state = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [
+            ".claude/.credentials.json"
+            ".config/opencode/"
+          ];
+          description = ''
+            Where the agent keeps its configuration and credentials, relative
+            to its home (/home/agent); an entry ending in `/` is a directory.
+            forage keeps one copy per template and profile, gives it to each
+            sandbox at `up` and takes back what the agent changed at `sync`
+            and `down` (newest wins).
+          '';
+        };
+        login = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [
+            "codex"
+            "login"
+          ];
+          description = "The agent's own login command, which `forage-ctl login TEMPLATE` runs in a throwaway sandbox.";
+        };
         secrets = mkOption {
           type = types.attrsOf types.str;
           default = { };

@@ -2,6 +2,7 @@
 //! a thin layer over this library: `cli` parses, `sandbox` decides the order of
 //! things, `workspace` and `runtime` each do one job.
 
+pub mod agent_state;
 pub mod cli;
 pub mod env;
 pub mod error;

@@ -33,6 +33,13 @@ pub enum Step {
     Secrets,
     /// A container named `name` (created, maybe started).
     Container { name: String },
+    /// FORAGE_HOME/agent-state/sandboxes/<name>.json: what the sandbox was
+    /// given of its template's agent state (taken back before its container
+    /// is removed; see crate::agent_state).
+    AgentState,
+    /// FORAGE_HOME/workspaces/<name>: the empty directory `login` made as its
+    /// throwaway sandbox's workspace.
+    LoginDir,
 }
 
 impl Step {
@@ -53,7 +60,7 @@ impl Step {
             Step::GitWorktree => Some(Part::GitWorktree),
             Step::PrivateRepo => Some(Part::PrivateRepo),
             Step::JjWorkspace => Some(Part::JjRepository),
-            Step::Secrets | Step::Container { .. } => None,
+            Step::Secrets | Step::Container { .. } | Step::AgentState | Step::LoginDir => None,
         }
     }
 
@@ -66,6 +73,8 @@ impl Step {
             Step::JjWorkspace => "jj-workspace",
             Step::Secrets => "secrets",
             Step::Container { .. } => "container",
+            Step::AgentState => "agent-state",
+            Step::LoginDir => "login-dir",
         }
     }
 }
@@ -109,6 +118,11 @@ pub struct UpOptions {
     /// `.forage/template.yaml` was not read.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_project_toolchain: bool,
+    /// `up --profile`: whose copy of the template's agent state the sandbox
+    /// is given (`default` unless asked); `None` for a template that keeps
+    /// no agent state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// A secret given on the command line: a name and where its value came from,

@@ -110,6 +110,14 @@ in
               "--message-file"
               "{task_file}"
             ];
+            state = [
+              ".my-agent/auth.json"
+              ".config/my-agent/"
+            ];
+            login = [
+              "my-agent"
+              "login"
+            ];
           };
           workspace.readOnly = true;
           network = "none";

@@ -12,6 +12,7 @@ mod gc;
 mod help;
 mod lifecycle;
 mod list;
+mod login;
 mod logs;
 mod next;
 mod pager;
@@ -158,6 +159,13 @@ pub enum Command {
     /// Find what crashes left behind; with --force, clean it up (archiving work).
     #[command(after_help = "Example: forage-ctl gc --force")]
     Gc(gc::GcArgs),
+    /// Log an agent in once (its own login, in a throwaway sandbox) and keep
+    /// its state for the sandboxes of its template; --list: what is stored.
+    #[command(after_help = "Example: forage-ctl login claude --profile work")]
+    Login(login::LoginArgs),
+    /// Remove a template's stored agent state (one profile).
+    #[command(after_help = "Example: forage-ctl logout claude --profile work")]
+    Logout(login::LogoutArgs),
     /// List templates, or print one.
     #[command(after_help = "Example: forage-ctl templates show claude")]
     Templates(templates::TemplatesArgs),
@@ -262,6 +270,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Down(args) => down::run(&ctx, args).await,
         Command::Restore(args) => restore::run(&ctx, args).await,
         Command::Gc(args) => gc::run(&ctx, args).await,
+        Command::Login(args) => login::login(&ctx, args).await,
+        Command::Logout(args) => login::logout(&ctx, args).await,
         Command::Templates(args) => templates::run(&ctx, args),
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),

@@ -62,6 +62,14 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     Ok(0)
 }
 
+/// The template, and the profile of its agent's state when it keeps one.
+fn template_line(r: &crate::record::Record) -> String {
+    match &r.options.profile {
+        Some(profile) => format!("{} (agent state: profile {profile})", r.template),
+        None => r.template.clone(),
+    }
+}
+
 /// The branch or bookmark against its base, and the uncommitted files.
 fn history(ctx: &Ctx, s: &SandboxStatus, mode: Mode) {
     let Some(g) = &s.git else { return };
@@ -86,7 +94,7 @@ fn history(ctx: &Ctx, s: &SandboxStatus, mode: Mode) {
 /// The template, its image, and the project's toolchain it was layered on.
 fn image_lines(ctx: &Ctx, r: &crate::record::Record) {
     let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
-    line("template", r.template.clone());
+    line("template", template_line(r));
     line("image", r.image.clone());
     if let Some(toolchain) = &r.toolchain {
         line("toolchain", toolchain.to_string());

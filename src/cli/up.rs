@@ -59,6 +59,10 @@ pub struct UpArgs {
     /// and given to the agent as its template's `agent.task` says.
     #[arg(long, value_name = "TEXT", conflicts_with = "task_file")]
     pub task: Option<String>,
+    /// Whose copy of the agent's state (login, settings) the sandbox gets and
+    /// writes back to, for templates that keep one (default: `default`).
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<String>,
     /// The agent's first task, from a file (read once, at up).
     #[arg(long, value_name = "FILE")]
     pub task_file: Option<PathBuf>,
@@ -145,6 +149,7 @@ impl UpArgs {
             allow_home: self.allow_home,
             start: !self.no_start,
             agent_args: self.agent_args,
+            profile: self.profile,
             include_uncommitted: self.include_uncommitted,
             no_project_toolchain: self.no_project_toolchain,
             task: match (self.task, self.task_file) {

@@ -21,6 +21,9 @@ use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
 use crate::progress::Progress;
 
+/// Go's `os.ModeSymlink`, in the modes the engine's path stat reports.
+const GO_MODE_SYMLINK: u32 = 1 << 27;
+
 /// The lowest Engine API this crate is tested against (Docker 20.10).
 const MIN_API: (usize, usize) = (1, 41);
 
@@ -428,6 +431,50 @@ impl Runtime for Docker {
 
     async fn last_output(&self, container: &str) -> Result<Option<std::time::SystemTime>> {
         self.last_output_time(container).await
+    }
+
+    async fn upload(&self, container: &str, dir: &str, tar: Vec<u8>) -> Result<()> {
+        let options = UploadToContainerOptions { path: dir.to_owned(), ..Default::default() };
+        self.api()
+            .await?
+            .upload_to_container(container, Some(options), bollard::body_full(tar.into()))
+            .await
+            .map_err(|e| Error::docker(format!("copying files into {container}"), e))
+    }
+
+    async fn download(&self, container: &str, below: &str, path: &str, limit: u64) -> Result<super::Download> {
+        // The engine resolves every directory on the way (in the container's
+        // view) but the last component: look at each first, top down.
+        let mut ancestors: Vec<&std::path::Path> = std::path::Path::new(path)
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(below) && *a != std::path::Path::new(below))
+            .collect();
+        ancestors.reverse();
+        for dir in ancestors {
+            let dir = dir.display().to_string();
+            let options = bollard::query_parameters::ContainerArchiveInfoOptions { path: dir.clone() };
+            match self.api().await?.get_container_archive_info(container, Some(options)).await {
+                Ok(stat) if stat.file_mode & GO_MODE_SYMLINK != 0 => return Ok(super::Download::ThroughSymlink(dir)),
+                Ok(_) => {}
+                Err(e) if is_docker_not_found(&e) => return Ok(super::Download::Absent),
+                Err(e) => return Err(Error::docker(format!("looking at {dir} in {container}"), e)),
+            }
+        }
+        let options = DownloadFromContainerOptions { path: path.to_owned() };
+        let mut stream = self.api().await?.download_from_container(container, Some(options));
+        let mut tar = Vec::new();
+        // Chunk by chunk: an archive over the limit is dropped unread, not
+        // held in memory.
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) if (tar.len() + bytes.len()) as u64 > limit => return Ok(super::Download::TooLarge),
+                Ok(bytes) => tar.extend_from_slice(&bytes),
+                Err(e) if is_docker_not_found(&e) => return Ok(super::Download::Absent),
+                Err(e) => return Err(Error::docker(format!("reading {path} in {container}"), e)),
+            }
+        }
+        Ok(super::Download::Archive(tar))
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

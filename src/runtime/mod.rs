@@ -376,4 +376,31 @@ pub trait Runtime: Send + Sync + 'static {
     fn logs(&self, container: &str, follow: bool, tail: Option<u64>) -> OutputStream;
     /// When the container last printed anything (`None`: never, or unknown).
     fn last_output(&self, container: &str) -> impl Future<Output = Result<Option<std::time::SystemTime>>> + Send;
+    /// Extracts the tar archive `tar` at `dir` in the (created, maybe
+    /// stopped) container, as the archive's headers say (owners, modes).
+    fn upload(&self, container: &str, dir: &str, tar: Vec<u8>) -> impl Future<Output = Result<()>> + Send;
+    /// The engine's tar archive of `path` in the (maybe stopped) container,
+    /// reading at most `limit` bytes of it. No symlink is followed: its last
+    /// component comes as what it is, and each directory on the way from
+    /// `below` (which the agent cannot replace) is checked first.
+    fn download(
+        &self,
+        container: &str,
+        below: &str,
+        path: &str,
+        limit: u64,
+    ) -> impl Future<Output = Result<Download>> + Send;
+}
+
+/// What `Runtime::download` got.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Download {
+    /// The path is not in the container.
+    Absent,
+    /// The archive is longer than the limit: the rest was never read.
+    TooLarge,
+    /// A directory on the way to the path (named) is a symbolic link, which
+    /// the engine would follow: nothing was read.
+    ThroughSymlink(String),
+    Archive(Vec<u8>),
 }

@@ -156,6 +156,11 @@ impl<R: Runtime> Engine<R> {
         if how.graceful && !containers.is_empty() {
             self.runtime.stop(&record.container, record.stop_timeout).await?;
         }
+        // The agent's state, read from the stopped container before it goes
+        // (also with --discard: a rotated token must survive).
+        if !containers.is_empty() && record.journal.contains(&Step::AgentState) {
+            self.take_back_and_say(record).await;
+        }
         let scope = self.scope(how.keep_branch);
         for step in containers {
             step.undo(record, self.runtime.as_ref(), &scope).await?;
@@ -198,6 +203,7 @@ impl<R: Runtime> Engine<R> {
             workspaces_dir: self.home.workspaces_dir(),
             private_dir: self.home.private_dir(),
             secrets_dir: self.home.secrets_dir(),
+            agent_state_dir: self.home.root().join("agent-state"),
             keep_branch,
         }
     }

@@ -30,6 +30,9 @@ pub enum Kind {
     OrphanWorkspace,
     /// Copies of secret files (FORAGE_HOME/secrets/<name>) that no record owns.
     OrphanSecrets,
+    /// What a sandbox no record owns was given of its agent's state
+    /// (FORAGE_HOME/agent-state/sandboxes/<name>.json).
+    OrphanAgentState,
     /// A record forage cannot read: corrupt, or written by a newer forage.
     UnreadableRecord,
     /// A lock file no process holds (its holder was killed).
@@ -46,6 +49,7 @@ impl std::fmt::Display for Kind {
             Kind::OrphanContainer => "orphan-container",
             Kind::OrphanWorkspace => "orphan-workspace",
             Kind::OrphanSecrets => "orphan-secrets",
+            Kind::OrphanAgentState => "orphan-agent-state",
             Kind::UnreadableRecord => "unreadable-record",
             Kind::StaleLock => "stale-lock",
             Kind::StaleTempFile => "stale-temp-file",
@@ -106,6 +110,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.orphan_containers(&seen, force).await?);
         findings.extend(self.orphan_workspaces(&seen, force).await?);
         findings.extend(self.orphan_secrets(&seen, force).await?);
+        findings.extend(self.orphan_agent_state(&seen, force).await?);
         findings.extend(self.stale_files(force).await?);
         Ok(findings)
     }
@@ -207,6 +212,32 @@ impl<R: Runtime> Engine<R> {
             let owner = secrets.clone();
             let remove = super::blocking(move || remove_created_dir(&dir, &owner).map_err(Error::other));
             findings.push(finding.act(force, remove).await);
+        }
+        Ok(findings)
+    }
+
+    /// What sandboxes no record owns were given of their agent's state: the
+    /// state itself is in the store, so only this note of it goes.
+    async fn orphan_agent_state(&self, seen: &Seen, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        for file in list_dir(&self.home.root().join("agent-state/sandboxes")) {
+            let name = file.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json"));
+            let Some(name) = name.and_then(|n| SandboxName::parse(n).ok()) else { continue };
+            if seen.had_record(&name) {
+                continue;
+            }
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.record_exists(&name) {
+                continue;
+            }
+            let finding = Finding::new(
+                Kind::OrphanAgentState,
+                file.display().to_string(),
+                "no sandbox record owns this note of the agent state it was given",
+                "remove it",
+            );
+            let store = crate::agent_state::store::StateStore::new(&self.home);
+            findings.push(finding.act(force, async move { store.remove_given(&name) }).await);
         }
         Ok(findings)
     }

@@ -25,6 +25,23 @@ impl Step {
                     })
                     .await
                 }
+                Step::AgentState => {
+                    let file = scope.agent_state_dir.join("sandboxes").join(format!("{}.json", record.name.as_str()));
+                    match std::fs::remove_file(&file) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            Err(crate::error::Error::other(format!("removing {}: {e}", file.display())))
+                        }
+                        _ => Ok(()),
+                    }
+                }
+                Step::LoginDir => {
+                    let (dir, owner) = (scope.workspaces_dir.join(record.name.as_str()), scope.workspaces_dir.clone());
+                    super::blocking(move || {
+                        crate::workspace::untrusted::remove_created_dir(&dir, &owner)
+                            .map_err(crate::error::Error::other)
+                    })
+                    .await
+                }
                 _ => Ok(()),
             },
             Some(part) => {

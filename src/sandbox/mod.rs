@@ -5,6 +5,7 @@
 //! sandboxes that exist. What each workspace mode does is the `Workspace`
 //! trait's: nothing here matches on modes.
 
+mod agent_state;
 mod archives;
 mod checkout;
 mod down;
@@ -59,6 +60,13 @@ pub struct Cancel(Arc<AtomicBool>);
 impl Cancel {
     pub fn trigger(&self) {
         self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Returns once the user interrupted.
+    pub async fn triggered(&self) {
+        while !self.is_triggered() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     fn is_triggered(&self) -> bool {

@@ -60,6 +60,8 @@ pub struct UpSpec {
     pub task: Option<TaskSpec>,
     /// `--no-project-toolchain`: the project's files are not read.
     pub no_project_toolchain: bool,
+    /// `--profile`: whose copy of the agent's state the sandbox is given.
+    pub profile: Option<String>,
 }
 
 /// The agent's first task, as given to `up`.
@@ -98,6 +100,8 @@ pub struct UpRequest {
     /// What the user should know of the project's toolchain: fields not
     /// used, files not followed, a template that cannot layer on it.
     pub warnings: Vec<String>,
+    /// `login`'s sandbox, whose workspace `up` makes (empty) and removes.
+    pub(crate) login_dir: bool,
 }
 
 impl UpRequest {
@@ -189,6 +193,7 @@ impl<R: Runtime> Engine<R> {
             task: spec.task.is_some(),
             task_text: None,
             no_project_toolchain: spec.no_project_toolchain,
+            profile: super::agent_state::profile_for(&template, spec.profile)?,
         };
         let task = spec.task.map(|t| self.task_source(&template, t)).transpose()?;
         let workspace = self.workspace_request(
@@ -286,11 +291,15 @@ impl<R: Runtime> Engine<R> {
             }
         };
         let template = self.templates().resolve(&entry.template)?;
-        let options = UpOptions { secrets: self.secret_files(secrets)?, ..UpOptions::default() };
+        let options = UpOptions {
+            secrets: self.secret_files(secrets)?,
+            profile: super::agent_state::profile_for(&template, None)?,
+            ..UpOptions::default()
+        };
         self.finish_request(name, template, workspace, options, true)
     }
 
-    fn finish_request(
+    pub(crate) fn finish_request(
         &self,
         name: SandboxName,
         template: template::Resolved,
@@ -312,7 +321,7 @@ impl<R: Runtime> Engine<R> {
         )?;
         let mut warnings = reading.warnings;
         warnings.extend(plan.warnings.iter().cloned());
-        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan, warnings };
+        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan, warnings, login_dir: false };
         let workspace = request.workspace_record();
         workspace.check_host_paths(&guard)?;
         // Every host path the container would mount, and what its agent writes:

@@ -52,9 +52,7 @@ impl<R: Runtime> Engine<R> {
         record.pins = self.repin(&record, &spec.mounts)?;
         self.refuse_overlap(name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
 
-        self.step(&format!("removing container {}", record.container));
-        self.runtime.stop(&record.container, record.stop_timeout).await?;
-        self.runtime.remove(&record.container).await?;
+        let state = self.remove_old_container(&record).await?;
         // From here on the record describes the new container.
         record.image = image.reference.clone();
         record.stop_timeout = template.template.stop_timeout;
@@ -66,6 +64,9 @@ impl<R: Runtime> Engine<R> {
         let made = async {
             self.step(&format!("creating container {}", spec.name));
             self.runtime.create(&spec).await?;
+            if state {
+                self.hand_state(&record, &template.template.agent.state).await?;
+            }
             if let Err(e) = self.start_agent(&record, &spec.mounts).await {
                 // The agent's launcher would wait for init forever: stop it instead.
                 self.runtime.stop(&spec.name, record.stop_timeout).await?;
@@ -96,6 +97,20 @@ impl<R: Runtime> Engine<R> {
         let secrets_dir = self.home.secrets_dir().join(record.name.as_str());
         let toolchain = record.toolchain.as_ref();
         ContainerPlan::new(template, &record.options, guard, &self.settings, self.identity, &secrets_dir, toolchain)
+    }
+
+    /// Stops and removes the sandbox's container, its agent's state taken
+    /// back first; whether it had any, for the new container to get (with
+    /// the template's state paths as they are now).
+    async fn remove_old_container(&self, record: &Record) -> Result<bool> {
+        self.step(&format!("removing container {}", record.container));
+        self.runtime.stop(&record.container, record.stop_timeout).await?;
+        let state = record.journal.contains(&crate::record::Step::AgentState);
+        if state {
+            self.take_back_and_say(record).await;
+        }
+        self.runtime.remove(&record.container).await?;
+        Ok(state)
     }
 
     /// The pins of the new container's `mounts`: a path the old container

@@ -33,6 +33,9 @@ impl<R: Runtime> Engine<R> {
     pub async fn sync(&self, name: &SandboxName) -> Result<Synced> {
         let _lock = self.lock_sandbox(name).await?;
         let record = self.record(name)?;
+        if record.journal.contains(&crate::record::Step::AgentState) {
+            self.take_back_and_say(&record).await;
+        }
         let inside = match self.run_inside_if_running(&record, true).await {
             Some(inside) => Some(inside),
             None => self.run_inside_in_helper(&record, true).await,

@@ -19,6 +19,7 @@ struct FakeRuntime {
     calls: Mutex<Vec<String>>,
     fail_start: bool,
     fail_image: AtomicBool,
+    fail_upload: bool,
     /// A path that must still exist whenever the container is removed.
     workspace_must_exist: Option<PathBuf>,
     /// The mounts of each container created, as the engine would report them.
@@ -112,6 +113,16 @@ impl Runtime for FakeRuntime {
     async fn last_output(&self, _: &str) -> Result<Option<std::time::SystemTime>> {
         Ok(None)
     }
+    async fn upload(&self, _: &str, _: &str, _: Vec<u8>) -> Result<()> {
+        self.log("upload");
+        if self.fail_upload {
+            return Err(Error::other("upload failed on purpose"));
+        }
+        Ok(())
+    }
+    async fn download(&self, _: &str, _: &str, _: &str, _: u64) -> Result<crate::runtime::Download> {
+        Ok(crate::runtime::Download::Absent)
+    }
 }
 
 /// An engine over `runtime`, with FORAGE_HOME at `<dir>/home` and one template,
@@ -149,6 +160,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         allow_home: false,
         start: true,
         task: None,
+        profile: None,
         agent_args: Vec::new(),
         include_uncommitted: false,
         no_project_toolchain: false,
@@ -183,6 +195,7 @@ fn engine_and_its_futures_are_send(engine: Engine<crate::runtime::docker::Docker
     send(engine.reset(&name, |_| Err(Error::other("x"))));
     send(engine.restore(&name, None, None, true, &[]));
     send(engine.attach(&name));
+    send(engine.logout("t", "p"));
     let _: Option<Synced> = None;
 }
 
@@ -263,4 +276,59 @@ fn reset_settles_the_image_before_it_touches_the_old_container() {
     );
     assert_eq!(record.state, RecordState::Ready);
     assert_eq!(record.journal, vec![Step::Container { name: "forage-r".into() }], "the journal is unchanged");
+}
+
+/// An engine whose template `fake` keeps `.tok`, with `t1` stored for it.
+fn engine_with_stored_state(dir: &Path, runtime: Arc<FakeRuntime>) -> Engine<FakeRuntime> {
+    let eng = engine(dir, runtime);
+    std::fs::write(dir.join("templates/fake.yaml"), "image: fake:1\nagent: {command: [sh], state: [.tok]}\n").unwrap();
+    // The store holds a token for the default profile.
+    let store = crate::agent_state::store::StateStore::new(&eng.home);
+    let given = crate::agent_state::Given {
+        template: "fake".into(),
+        profile: "default".into(),
+        paths: vec![".tok".into()],
+        ..Default::default()
+    };
+    let seen = crate::agent_state::archive::Seen {
+        files: [(".tok".to_owned(), crate::agent_state::archive::SeenFile { bytes: b"t1".to_vec(), mtime: 1 })].into(),
+        ..Default::default()
+    };
+    let paths = crate::agent_state::state_paths(&given.paths);
+    store.write_back(&given, &paths, &[(".tok".to_owned(), seen)].into(), 2).unwrap();
+    eng
+}
+
+#[test]
+fn up_gives_the_agents_state_after_create_and_before_start_and_down_forgets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Arc::new(FakeRuntime::default());
+    let eng = engine_with_stored_state(dir.path(), runtime.clone());
+    let store = crate::agent_state::store::StateStore::new(&eng.home);
+    let req = request(&eng, "s", direct_workspace(dir.path()));
+    let record = block_on(eng.up(req)).unwrap();
+    assert_eq!(record.options.profile.as_deref(), Some("default"));
+    assert_eq!(runtime.calls(), ["ensure_image", "create forage-s", "upload", "start forage-s"]);
+    assert!(record.journal.contains(&Step::AgentState));
+    let name = SandboxName::parse("s").unwrap();
+    let had = store.given(&name).unwrap().unwrap();
+    assert_eq!(had.files[".tok"].as_deref(), Some(crate::agent_state::sha256(b"t1").as_str()));
+    block_on(eng.down(&name, DownOptions::default())).unwrap();
+    assert_eq!(store.given(&name).unwrap(), None, "down left what the sandbox was given");
+}
+
+#[test]
+fn a_failed_copy_of_the_state_rolls_back_without_deleting_the_stored_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Arc::new(FakeRuntime { fail_upload: true, ..Default::default() });
+    let eng = engine_with_stored_state(dir.path(), runtime.clone());
+    let req = request(&eng, "f", direct_workspace(dir.path()));
+    let err = block_on(eng.up(req)).unwrap_err();
+    assert!(err.to_string().contains("upload failed on purpose"), "{err}");
+    // The rollback read the container (the fake has no .tok): no deletion.
+    let store = crate::agent_state::store::StateStore::new(&eng.home);
+    let paths = crate::agent_state::state_paths(&[".tok".to_owned()]);
+    let stored = store.read_for_giving("fake", "default", &paths).unwrap();
+    assert_eq!(stored[".tok"].0, b"t1");
+    assert_eq!(store.given(&SandboxName::parse("f").unwrap()).unwrap(), None);
 }

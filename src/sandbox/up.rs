@@ -64,7 +64,8 @@ impl<R: Runtime> Engine<R> {
             self.home.remove(&record.name)?;
             return Err(self.rolled_back(e));
         }
-        let made = self.make(&mut record, spec, req.plan.read_only, req.start).await;
+        let how = Making { read_only: req.plan.read_only, start: req.start, login_dir: req.login_dir };
+        let made = self.make(&mut record, spec, how, &t.agent.state).await;
         let result = match made {
             Ok(()) => Ok(record),
             Err(err) => Err(self.roll_back(&record, err).await),
@@ -100,10 +101,13 @@ impl<R: Runtime> Engine<R> {
 
     /// Makes the workspace's parts and the container, each journaled first,
     /// then starts the agent.
-    async fn make(&self, record: &mut Record, spec: ContainerSpec, read_only: bool, start: bool) -> Result<()> {
+    async fn make(&self, record: &mut Record, spec: ContainerSpec, how: Making, state: &[String]) -> Result<()> {
         self.copy_secrets(record).await?;
         self.make_workspace(record).await?;
-        let spec = with_workspace_mounts(spec, &record.workspace, read_only, &guard(&self.home, &self.settings));
+        if how.login_dir {
+            self.make_login_dir(record)?;
+        }
+        let spec = with_workspace_mounts(spec, &record.workspace, how.read_only, &guard(&self.home, &self.settings));
         // Every host path the container mounts, pinned as it is now, and
         // checked once more against the other sandboxes', which now see these
         // pins: of two `up`s racing over one directory, at least one is refused.
@@ -121,7 +125,8 @@ impl<R: Runtime> Engine<R> {
             return Err(e);
         }
         self.checkpoint("container").await?;
-        if start {
+        self.give_agent_state(record, state).await?;
+        if how.start {
             self.start_agent(record, &mounts).await?;
         }
         record.state = RecordState::Ready;
@@ -303,6 +308,15 @@ pub(crate) fn built_toolchain(
         toolchain.image = crate::toolchain::ProjectImage::Reference(base.clone());
     }
     Some(toolchain)
+}
+
+/// How `make` makes a sandbox.
+#[derive(Debug, Clone, Copy)]
+struct Making {
+    read_only: bool,
+    start: bool,
+    /// `login`'s sandbox: its workspace is an empty directory made here.
+    login_dir: bool,
 }
 
 /// What making `part` is, for the progress line.

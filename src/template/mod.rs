@@ -332,6 +332,26 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_templates_keep_their_state_and_say_how_to_log_in() {
+        let agent = |name: &str| parse(BUILTINS.iter().find(|b| b.name == name).unwrap().yaml, name).unwrap().agent;
+        assert_eq!(agent("claude").state, [".claude/.credentials.json", ".claude/.claude.json"]);
+        assert_eq!(agent("claude").login, ["claude"]);
+        assert_eq!(agent("codex").login, ["codex", "login"]);
+        assert_eq!(agent("opencode").state, [".local/share/opencode/auth.json", ".config/opencode/"]);
+        assert!(agent("aider").login.is_empty() && !agent("aider").state.is_empty());
+        assert!(agent("shell").state.is_empty());
+    }
+
+    #[test]
+    fn a_state_path_outside_the_home_is_refused_where_it_is_written() {
+        for bad in ["/etc/passwd", "../x", "a/../b", "a//b", "''"] {
+            let yaml = format!("image: x\nagent:\n  command: [sh]\n  state: [.ok, {bad}]\n");
+            let err = parse(&yaml, "t.yaml").unwrap_err().to_string();
+            assert!(err.starts_with("t.yaml:") && err.contains("agent.state:"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_field_points_at_line_and_column() {
         let err = parse("image: x\nagent: {command: [sh]}\nbogus: 1\n", "t.yaml").unwrap_err();
         let msg = err.to_string();

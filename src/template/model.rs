@@ -183,6 +183,17 @@ pub struct Agent {
     /// container, so the text is never in the container's configuration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub task: Vec<String>,
+    /// Where the agent keeps its configuration and credentials, relative to
+    /// its home (/home/agent); an entry ending in `/` is a directory (every
+    /// regular file under it). forage keeps one copy per template and
+    /// profile, gives it to each sandbox at `up` and takes back what the
+    /// agent changed at `sync` and `down` (crate::agent_state).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state: Vec<String>,
+    /// The agent's own login command, which `forage-ctl login` runs in a
+    /// throwaway sandbox before it keeps the `state` the agent wrote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub login: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -357,7 +368,12 @@ fn check_agent(agent: &Agent, init: &[String]) -> Result<(), String> {
         return Err("`agent.command` is empty: name the program the sandbox runs".into());
     }
     // No program can be given a NUL byte: the engine would fail to start it.
-    if let Some(arg) = agent.command.iter().chain(init).chain(agent.env.values()).find(|a| a.contains('\0')) {
+    for path in &agent.state {
+        crate::agent_state::StatePath::parse(path).map_err(|why| format!("agent.state: {why}"))?;
+    }
+    if let Some(arg) =
+        agent.command.iter().chain(&agent.login).chain(init).chain(agent.env.values()).find(|a| a.contains('\0'))
+    {
         return Err(format!("{arg:?} holds a NUL character (\\0 in YAML), which no command or environment can carry"));
     }
     Ok(())

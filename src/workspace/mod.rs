@@ -61,6 +61,8 @@ pub struct Scope {
     pub private_dir: PathBuf,
     /// FORAGE_HOME/secrets: forage's copies of secret files, a directory per sandbox.
     pub secrets_dir: PathBuf,
+    /// FORAGE_HOME/agent-state: what each sandbox was given of its agent's state.
+    pub agent_state_dir: PathBuf,
     /// `down --keep-branch`: leave the branch where it is.
     pub keep_branch: bool,
 }

@@ -9,6 +9,7 @@
 mod private_engine;
 mod support;
 
+mod agent_state;
 mod agent_trees;
 mod cli;
 mod direct;
