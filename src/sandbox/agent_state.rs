@@ -228,6 +228,9 @@ impl<R: Runtime> Engine<R> {
         let options = UpOptions {
             network: Some(Network::Full),
             profile: profile_for(&resolved, Some(profile.to_owned()))?,
+            // An empty directory: no project, so no project toolchain; the
+            // login runs in the agent template's own image.
+            no_project_toolchain: true,
             ..UpOptions::default()
         };
         let workspace = WorkspaceRequest::Direct(DirectWorkspace { path: self.login_dir(&name) });
