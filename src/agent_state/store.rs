@@ -190,6 +190,11 @@ impl StateStore {
         }
     }
 
+    /// Whether a login (or any state) is kept for `template`'s `profile`.
+    pub fn holds_any(&self, template: &str, profile: &str) -> Result<bool> {
+        Ok(!self.manifest(&self.profile_dir(template, profile))?.files.is_empty())
+    }
+
     /// Every stored template/profile pair.
     pub fn list(&self) -> Result<Vec<StoredProfile>> {
         let mut out = Vec::new();

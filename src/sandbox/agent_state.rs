@@ -25,6 +25,23 @@ use crate::workspace::{direct::DirectWorkspace, WorkspaceRequest};
 /// the sandbox is torn down.
 const IDLE: [&str; 3] = ["sh", "-c", "while :; do sleep 3600; done"];
 
+/// A template with a login (`agent.login`) needs its key secrets only until
+/// the user has logged in: once the profile keeps state, the login stands in
+/// for each secret not given, and the agent runs without that variable. So
+/// `forage-ctl login claude` once, then `up -t claude` with no key at all.
+pub(crate) fn waive_secrets_for_login(
+    home: &crate::store::Home,
+    template: &mut Resolved,
+    options: &UpOptions,
+) -> Result<()> {
+    let Some(profile) = &options.profile else { return Ok(()) };
+    if template.template.agent.login.is_empty() || !StateStore::new(home).holds_any(&template.name, profile)? {
+        return Ok(());
+    }
+    template.template.agent.secrets.retain(|_, secret| options.secrets.iter().any(|s| &s.name == secret));
+    Ok(())
+}
+
 /// The profile `up` gives a sandbox of `template`: `asked` (`--profile`), or
 /// the default one when the template keeps agent state; none when it keeps
 /// none (and then `--profile` is a mistake worth saying).

@@ -187,8 +187,16 @@ fn secret_env(template: &template::Resolved, options: &UpOptions) -> Result<Vec<
     let mut out = Vec::new();
     for (var, secret) in &template.template.agent.secrets {
         if !options.secrets.iter().any(|s| &s.name == secret) {
+            // A template with a login takes that instead (waive_secrets_for_login).
+            let login = match (&options.profile, template.template.agent.login.is_empty()) {
+                (_, true) => String::new(),
+                (Some(p), false) if p != crate::agent_state::DEFAULT_PROFILE => {
+                    format!(", or log in once with `forage-ctl login {} --profile {p}`", template.name)
+                }
+                _ => format!(", or log in once with `forage-ctl login {}`", template.name),
+            };
             return Err(Error::usage(format!(
-                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value, or --secret {secret}=env:{var}, a variable of your environment",
+                "template {} needs the secret {secret:?} (for {var}): pass --secret {secret}=FILE, a file holding the value, or --secret {secret}=env:{var}, a variable of your environment{login}",
                 template.name
             )));
         }

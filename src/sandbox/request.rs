@@ -302,11 +302,12 @@ impl<R: Runtime> Engine<R> {
     pub(crate) fn finish_request(
         &self,
         name: SandboxName,
-        template: template::Resolved,
+        mut template: template::Resolved,
         workspace: WorkspaceRequest,
         options: UpOptions,
         start: bool,
     ) -> Result<UpRequest> {
+        super::agent_state::waive_secrets_for_login(&self.home, &mut template, &options)?;
         let guard = guard(&self.home, &self.settings);
         let secrets_dir = self.home.secrets_dir().join(name.as_str());
         let reading = project_toolchain(&workspace, &options)?;
@@ -321,7 +322,17 @@ impl<R: Runtime> Engine<R> {
         )?;
         let mut warnings = reading.warnings;
         warnings.extend(plan.warnings.iter().cloned());
-        let request = UpRequest { name, template, workspace, options, start, host_uncommitted: None, plan, warnings, login_dir: false };
+        let request = UpRequest {
+            name,
+            template,
+            workspace,
+            options,
+            start,
+            host_uncommitted: None,
+            plan,
+            warnings,
+            login_dir: false,
+        };
         let workspace = request.workspace_record();
         workspace.check_host_paths(&guard)?;
         // Every host path the container would mount, and what its agent writes:

@@ -36,7 +36,9 @@ impl<R: Runtime> Engine<R> {
             .hint_run("{command} keeps its work", ["down", name.as_str()])
             .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
         }
-        let template = &resolve(&record.template)?;
+        let mut template = resolve(&record.template)?;
+        super::agent_state::waive_secrets_for_login(&self.home, &mut template, &record.options)?;
+        let template = &template;
         self.refuse_template_in_reach(template, &[])?;
         let options = &record.options.clone();
         // Everything refused before a possibly slow image build.

@@ -28,8 +28,14 @@ echo "rotated to token-$n"
 /// The template `fake` in the test's user template directory: the fake agent
 /// runs once as the sandbox starts, then idles.
 fn fake_template(env: &Env) {
+    fake_template_named(env, "fake", "");
+}
+
+/// The fake template under `name`, with `agent_extra` (YAML lines under
+/// `agent:`) added.
+fn fake_template_named(env: &Env, name: &str, agent_extra: &str) {
     let image = shell_image(env);
-    let dir = env.path("config/forage/templates/fake");
+    let dir = env.path(&format!("config/forage/templates/{name}"));
     write(&dir.join("claude"), CLAUDE);
     write(
         &dir.join("Dockerfile"),
@@ -37,9 +43,11 @@ fn fake_template(env: &Env) {
     );
     write(
         &dir.join("template.yaml"),
-        "build: {dockerfile: Dockerfile}\n\
+        &("build: {dockerfile: Dockerfile}\n\
          agent:\n  command: [sh, -c, 'claude; exec sleep 100000']\n  env: {CLAUDE_CONFIG_DIR: /home/agent/.claude}\n  \
-         state: [.claude/.credentials.json, .claude/.claude.json, .fake/]\n  login: [claude, login]\n",
+         state: [.claude/.credentials.json, .claude/.claude.json, .fake/]\n  login: [claude, login]\n"
+            .to_owned()
+            + agent_extra),
     );
 }
 
@@ -408,5 +416,42 @@ fn a_container_removed_behind_forages_back_is_a_warning_not_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("its container is gone, so its agent's state (profile default) was not saved"), "{err}");
     assert_eq!(token(&env, "default"), None);
+    env.assert_nothing_left_but_state();
+}
+
+/// A template with a login asks for its key only until the user logged in:
+/// `forage-ctl login claude` once, then `up -t claude` with no key at all.
+#[test]
+fn a_login_stands_in_for_the_templates_key() {
+    let env = Env::new();
+    fake_template_named(&env, "keyedfake", "  secrets: {ANTHROPIC_API_KEY: anthropic}\n");
+    let ws = env.mkdir("ws");
+    let name = env.unique("kl");
+    let err = env.fails(&["up", &name, "-t", "keyedfake", "--workspace", ws.to_str().unwrap()], 2);
+    assert!(
+        err.contains("--secret anthropic=env:ANTHROPIC_API_KEY") && err.contains("forage-ctl login keyedfake`"),
+        "{err}"
+    );
+    let err = env.fails(&["up", &name, "-t", "keyedfake", "--profile", "w", "--workspace", ws.to_str().unwrap()], 2);
+    assert!(err.contains("forage-ctl login keyedfake --profile w`"), "{err}");
+    env.assert_nothing_left_but_state();
+
+    let mut child = env.cmd(&["login", "keyedfake"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"7\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+
+    // Logged in: no key needed, and the agent has no key variable at all.
+    env.ok(&["up", &name, "-t", "keyedfake", "--workspace", ws.to_str().unwrap()]);
+    let out = env.run(&["exec", &name, "--", "sh", "-c", "echo \"[${ANTHROPIC_API_KEY-unset}]\""]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "[unset]\n", "{}", describe(&out));
+    // `reset` re-plans the same way.
+    env.ok(&["reset", &name]);
+    env.ok(&["down", &name]);
+    // Another profile, not logged in, still needs the key.
+    env.fails(&["up", &name, "-t", "keyedfake", "--profile", "w", "--workspace", ws.to_str().unwrap()], 2);
     env.assert_nothing_left_but_state();
 }
