@@ -348,8 +348,9 @@ fn what_the_agent_plants_in_its_state_never_reaches_the_store() {
     env.assert_nothing_left_but_state();
 }
 
-/// FORAGE_HOME's agent-state/profiles holds what the tests stored.
-trait StateLeft {
+/// FORAGE_HOME's agent-state/profiles holds what the tests stored (and
+/// archives what `down` kept).
+pub trait StateLeft {
     fn assert_nothing_left_but_state(&self);
 }
 

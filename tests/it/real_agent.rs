@@ -22,6 +22,7 @@ use bollard::models::{
 use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
+use crate::agent_state::StateLeft;
 use crate::support::*;
 
 /// The project's toolchain image: Debian bookworm made with debootstrap.
@@ -257,7 +258,10 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
         fixture::BOOKWORM
     );
     std::fs::write(repo.join(".devcontainer/devcontainer.json"), devcontainer).unwrap();
-    git(&repo, &["add", "hello.txt", ".devcontainer"]);
+    // As docs/agents.md advises: Aider's own files (chat history, caches)
+    // are ignored, so its work merges without them.
+    std::fs::write(repo.join(".gitignore"), ".aider*\n").unwrap();
+    git(&repo, &["add", "hello.txt", ".devcontainer", ".gitignore"]);
     git(&repo, &["commit", "-qm", "init"]);
     Command::new("chown").arg("-R").arg(uid.to_string()).arg(&repo).status().unwrap();
 
@@ -360,9 +364,17 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     assert_eq!(files_containing(&env.home, &key), vec![copy.clone()]);
     assert_eq!(std::fs::metadata(&copy).unwrap().mode() & 0o777, 0o600);
 
+    // The result lands with `merge`, onto the branch the sandbox came from,
+    // in the user's checkout; nothing of the agent is left to archive then.
+    as_user(&["merge", &name]);
+    assert_eq!(std::fs::read_to_string(repo.join("hello.txt")).unwrap(), edited);
+    assert_eq!(git(&repo, &["rev-parse", "main"]), git(&repo, &["rev-parse", &branch]));
     as_user(&["down", &name]);
     assert!(files_containing(&env.home, &key).is_empty());
-    env.assert_nothing_left_but_archives();
+    // What stays: Aider's settings (`agent.state`), kept for the next sandbox.
+    let kept = env.home.join("agent-state/profiles/aider/default/files/.aider/analytics.json");
+    assert!(kept.is_file(), "Aider's analytics settings were not kept");
+    env.assert_nothing_left_but_state();
     drop(stub);
     eprintln!("test done after {:.0?}", started.elapsed());
 }
