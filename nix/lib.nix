@@ -77,8 +77,8 @@ let
       group = "docker";
       dockerHost = null;
     };
-    # Rootful Podman's Docker-compatible API socket. The module enables
-    # virtualisation.podman.dockerSocket, which makes it reachable by the podman group.
+    # Rootful Podman's Docker-compatible API socket, which NixOS serves to the podman
+    # group (the module also enables dockerSocket: /run/docker.sock points at it).
     podman = {
       name = "Podman";
       unit = "podman.socket";

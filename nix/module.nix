@@ -548,10 +548,11 @@ in
         `mkDefault` (your own `virtualisation.docker.enable` or
         `virtualisation.podman.enable` wins): `docker` sets
         `virtualisation.docker.enable`; `podman` sets `virtualisation.podman.enable`
-        and `virtualisation.podman.dockerSocket.enable` (the rootful socket, usable
-        by the `podman` group) and gives the units
-        `DOCKER_HOST=unix:///run/podman/podman.sock`. Sandbox users must be in the
-        engine's group (`docker` or `podman`) or be root.
+        and `virtualisation.podman.dockerSocket.enable` (/run/docker.sock, so that
+        forage-ctl run by hand finds Podman) and gives the units
+        `DOCKER_HOST=unix:///run/podman/podman.sock`, rootful Podman's socket.
+        Sandbox users must be root or in the engine's group (`docker` or
+        `podman`).
 
         forage-ctl's own support for Podman is still coming (issue 29): until it
         lands, `podman` gives you the units and the engine, but forage-ctl may fail
