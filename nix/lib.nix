@@ -38,6 +38,17 @@ let
   # A path value (`./docker`) is copied into the store; a string is used as it is.
   pathString = v: if isPath v then "${v}" else v;
 
+  # Image repository names are lowercase letters, digits and separators: the
+  # template name lowercased, anything else turned into '-' (as forage names its
+  # forage-host/ and forage-build/ images).
+  chars = s: genList (i: substring i 1 s) (builtins.stringLength s);
+  toLower = replaceStrings (chars "ABCDEFGHIJKLMNOPQRSTUVWXYZ") (chars "abcdefghijklmnopqrstuvwxyz");
+  imageRepoPart = name: concatStringsSep "" (map (c: if match "[a-z0-9]" c != null then c else "-") (chars (toLower name)));
+
+  # The image the module builds with dockerTools for template `name` when it
+  # declares `packages` (its tag is the one dockerTools derives from the contents).
+  nixImageName = name: "forage-nix/${imageRepoPart name}";
+
   # forage's defaults (src/template.rs), which the module's options default to.
   defaults = {
     description = "";
@@ -51,6 +62,29 @@ let
     mountReadOnly = true;
     buildContext = ".";
     buildDockerfile = "Dockerfile";
+    # The sandbox units' systemd Restart=: a oneshot unit takes "no" or "on-failure".
+    restart = "no";
+    engine = "docker";
+  };
+
+  # What the module needs to know of each engine it can enable: the systemd unit the
+  # sandbox units start after, the group whose members may use its socket, and the
+  # DOCKER_HOST forage-ctl is given (null: Docker's own default socket).
+  engines = {
+    docker = {
+      name = "Docker";
+      unit = "docker.service";
+      group = "docker";
+      dockerHost = null;
+    };
+    # Rootful Podman's Docker-compatible API socket, which NixOS serves to the podman
+    # group (the module also enables dockerSocket: /run/docker.sock points at it).
+    podman = {
+      name = "Podman";
+      unit = "podman.socket";
+      group = "podman";
+      dockerHost = "unix:///run/podman/podman.sock";
+    };
   };
 
   # The templates embedded in forage-ctl (templates/ in the source tree).
@@ -94,6 +128,7 @@ let
   isSecretName = isSandboxName;
   isTemplateName = matches "[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}";
   isEnvName = matches "[A-Za-z_][A-Za-z0-9_]*";
+  secretNameRule = "1-63 characters: lowercase letters, digits, '_', '.', '-', starting with a letter or digit";
 
   # `resources.memory`: a number with an optional k, m or g (binary units, any
   # case) and an optional trailing b; at least 6m. Returns the bytes, or null.
@@ -153,13 +188,21 @@ let
   # `agent.program` (lib.getExe of `agent.package`); tests pass a string.
   agentProgram = t: (t.agent or { }).program or null;
 
+  # `packages` (module only): the image is built by Nix's dockerTools from these
+  # packages; the module passes its reference as `nixImage`.
+  hasPackages = t: (t.packages or [ ]) != [ ];
+
   imageSources =
     t:
     filter nonNull [
       (t.image or null)
       (t.build or null)
       (t.hostImage or null)
+      (if hasPackages t then t.packages else null)
     ];
+
+  # The template's `image:`: its own, or the one Nix builds from `packages`.
+  imageRef = t: if hasPackages t then t.nixImage or null else t.image or null;
 
   # The template's data, exactly what forage-ctl reads from
   # /etc/forage/templates/<name>.yaml (field names as in docs/templates.md).
@@ -184,8 +227,10 @@ let
         else
           null;
       resources = t.resources or { };
+      # An image built from `packages` holds the agent package's closure itself;
+      # otherwise the agent needs the host's store.
       mounts =
-        optional (nonNull program) nixStoreMount
+        optional (nonNull program && !hasPackages t) nixStoreMount
         ++ map (m: {
           source = pathString m.source;
           inherit (m) target;
@@ -213,12 +258,13 @@ let
       stop_signal = t.stopSignal or defaults.stopSignal;
       stop_timeout = t.stopTimeout or defaults.stopTimeout;
     }
-    // optionalAttrs (nonNull (t.image or null)) { inherit (t) image; }
+    // optionalAttrs (nonNull (imageRef t)) { image = imageRef t; }
     // optionalAttrs (nonNull build) {
       build = {
         context = pathString (build.context or defaults.buildContext);
         dockerfile = build.dockerfile or defaults.buildDockerfile;
-      };
+      }
+      // optionalAttrs (nonNull (build.base or null)) { inherit (build) base; };
     }
     // optionalAttrs (nonNull hostImage) {
       host_image = {
@@ -246,10 +292,10 @@ let
       sources = length (imageSources t);
     in
     optional (!isTemplateName name) "${at}: invalid template name; use 1-64 letters, digits, '-', '_' or '.', not starting with '.'"
-    ++ optional (sources > 1) "${at}: set only one of image, build and hostImage"
+    ++ optional (sources > 1) "${at}: set only one of image, build, hostImage and packages"
     ++ optional (
       sources == 0 && isNull program
-    ) "${at}: set one of image, build or hostImage (or agent.package, which defaults to an offline image)"
+    ) "${at}: set one of image, build, hostImage or packages (or agent.package, which defaults to an offline image)"
     ++ optional (
       nonNull program && command != [ ]
     ) "${at}: set agent.package or agent.command, not both (agent.args gives the package's program its arguments)"
@@ -338,7 +384,47 @@ let
     ++ optional (kind == "jj" && nonNull (s.branch or null)) "${at}: branch is for gitWorktree; a jj sandbox's workspace is always named forage-${name}"
     ++ map (
       v: "${at}: extraArgs passes --secret ${v}: that file is in the Nix store, which every user can read; keep secrets outside it (agenix, sops-nix, …) and point --secret there"
-    ) inStore;
+    ) inStore
+    ++ concatMap (secret: secretErrors "${at}.secrets.${secret}" secret s.secrets.${secret}.file) (
+      attrNames (s.secrets or { })
+    );
+
+  # sandboxes.<name>.secrets.<secret>.file: a host path outside the Nix store (a
+  # store path is readable by every user of the host, and by every build).
+  secretErrors =
+    at: secret: file:
+    optional (!isSecretName secret) "${at}: \"${secret}\" is not a secret name (${secretNameRule})"
+    ++ optional (!isAbsolute file) "${at}.file \"${toString file}\" must be an absolute path, e.g. /run/agenix/${secret}"
+    ++ optional (
+      isAbsolute file && hasPrefix "${builtins.storeDir}/" file
+    ) "${at}.file \"${file}\" is in the Nix store, which every user can read; keep the secret outside it (agenix: config.age.secrets.<name>.path; sops-nix: config.sops.secrets.<name>.path)";
+
+  # May sandbox `name`'s user run it? `users` is config.users.users, `engine` the
+  # module's engine. The user must be declared (forage runs as that uid) and be
+  # root or a member of the engine's group, since the unit talks to the engine
+  # socket as that user (membership of that group is as good as root on the host).
+  userErrors =
+    {
+      users,
+      engine ? defaults.engine,
+    }:
+    name: s:
+    let
+      at = "services.forage.sandboxes.${name}";
+      user = s.user or "";
+      e = engines.${engine};
+      u = users.${user};
+      groups = (u.extraGroups or [ ]) ++ optional ((u.group or "") != "") u.group;
+    in
+    if !isString user || user == "" || user == "root" then
+      [ ]
+    else if !(users ? ${user}) then
+      [
+        "${at}: user \"${user}\" is not declared in users.users; declare it (users.users.${user} = { isNormalUser = true; extraGroups = [ \"${e.group}\" ]; }) or run the sandbox as a declared user"
+      ]
+    else
+      optional (!(elem e.group groups))
+        "${at}: user \"${user}\" may not use ${e.name} (engine = \"${engine}\"): add \"${e.group}\" to users.users.${user}.extraGroups (its members can use the engine's socket, which is as good as root on this host), or run the sandbox as root";
 
   # The argv of `forage-ctl up` for sandbox `name` (without the program itself).
   upArgs =
@@ -363,6 +449,11 @@ let
       "--branch"
       s.branch
     ]
+    # The secret's path only: forage reads the file; its content is never in argv.
+    ++ concatMap (secret: [
+      "--secret"
+      "${secret}=${s.secrets.${secret}.file}"
+    ]) (attrNames (s.secrets or { }))
     ++ (s.extraArgs or [ ])
     ++ optionals (agentArgs != [ ]) ([ "--" ] ++ agentArgs);
 
@@ -438,6 +529,8 @@ in
   inherit
     builtinTemplates
     defaults
+    engines
+    nixImageName
     isMountTarget
     isSandboxName
     isTemplateName
@@ -454,6 +547,7 @@ in
     templateErrors
     templateText
     upArgs
+    userErrors
     workspaceKinds
     ;
 }

@@ -19,11 +19,69 @@ let
 
   inherit (lib)
     literalExpression
+    mkDefault
     mkEnableOption
     mkIf
     mkOption
     types
     ;
+
+  engine = forage.engines.${cfg.engine};
+  isPodman = cfg.engine == "podman";
+
+  # The engine's own CLI, used only to load the images Nix builds (forage-ctl
+  # itself speaks the Engine API).
+  engineCli =
+    if isPodman then
+      "${config.virtualisation.podman.package}/bin/podman"
+    else
+      "${config.virtualisation.docker.package}/bin/docker";
+
+  # Templates with `packages`: their images, built by Nix as a script that streams
+  # the image's tar archive (nothing big in the store), loaded by forage-image-<name>.
+  nixImages = lib.mapAttrs (
+    name: t:
+    pkgs.dockerTools.streamLayeredImage {
+      name = forage.nixImageName name;
+      # forage's launcher runs `sh -c` with cat, sleep and touch (secrets, init).
+      contents = [
+        pkgs.bashInteractive
+        pkgs.coreutils
+      ]
+      ++ t.packages
+      ++ lib.optional (t.agent.package != null) t.agent.package;
+      extraCommands = "mkdir -m 1777 tmp";
+      config.Env = [ "PATH=/bin" ];
+    }
+  ) (lib.filterAttrs (_: t: t.packages != [ ]) cfg.templates);
+
+  # The reference the template file names: dockerTools' tag follows the contents,
+  # so a new package set is a new image, and the old tag is never reused.
+  nixImageRef = name: "${nixImages.${name}.imageName}:${nixImages.${name}.imageTag}";
+  imageUnit = name: "forage-image-${name}";
+
+  # forage-image-<template>: loads the image into the engine before the sandboxes
+  # start (they want and follow it) and at boot.
+  imageService = name: image: {
+    description = "forage: load the Nix-built image of template ${name} into ${engine.name}";
+    wants = [ engine.unit ];
+    after = [ engine.unit ];
+    # Also for those who run `forage-ctl up --template ${name}` themselves.
+    wantedBy = [ "multi-user.target" ];
+    serviceConfig = {
+      Type = "oneshot";
+      RemainAfterExit = true;
+      # Only when the engine lacks the tag; the tar archive is streamed, never stored.
+      ExecStart = pkgs.writeShellScript "${imageUnit name}-load" ''
+        set -euo pipefail
+        if ${engineCli} image inspect ${forage.shellQuote (nixImageRef name)} >/dev/null 2>&1; then
+          exit 0
+        fi
+        ${image} | ${engineCli} load
+      '';
+      TimeoutStartSec = "30min";
+    };
+  };
 
   # A path value (`./docker`) goes into the Nix store; a string is a host path.
   pathOrStr = types.either types.path types.str;
@@ -41,10 +99,10 @@ let
         default = null;
         example = "debian:12";
         description = ''
-          An image that must already be in the Docker engine (forage does not pull).
-          Set exactly one of `image`, `build` and `hostImage`; with `agent.package`
-          and none of them, the template gets an image built offline from the
-          host's `sh`, `cat`, `sleep` and `touch`.
+          An image that must already be in the engine (forage does not pull).
+          Set exactly one of `image`, `build`, `hostImage` and `packages`; with
+          `agent.package` and none of them, the template gets an image built
+          offline from the host's `sh`, `cat`, `sleep` and `touch`.
         '';
       };
 
@@ -68,6 +126,17 @@ let
                 type = types.str;
                 default = defaults.buildDockerfile;
                 description = "The Dockerfile, relative to the context.";
+              };
+              base = mkOption {
+                type = types.nullOr types.str;
+                default = null;
+                example = "ghcr.io/org/rust-dev:1";
+                description = ''
+                  An image to layer the template on, passed to the build as the
+                  build argument `BASE` (the Dockerfile declares `ARG BASE=<default>`
+                  before its first `FROM ''${BASE}`). A project's own toolchain,
+                  when it has one, takes its place.
+                '';
               };
             };
           }
@@ -105,6 +174,22 @@ let
         );
       };
 
+      packages = mkOption {
+        type = types.listOf types.package;
+        default = [ ];
+        example = literalExpression "with pkgs; [ git ripgrep nodejs ]";
+        description = ''
+          Build the template's image with Nix (`dockerTools.streamLayeredImage`)
+          from these packages, `agent.package` when set, and `bashInteractive`
+          and `coreutils` (forage's launcher needs `sh`, `cat`, `sleep` and
+          `touch`); their programs are on the PATH (`/bin`). The image is named
+          `forage-nix/<template>` with the tag Nix derives from its contents, and
+          the unit `forage-image-<template>` loads it into the engine before
+          the sandboxes start, so the host needs no registry. Not written to the
+          template file: the file gets `image:` with that exact tag.
+        '';
+      };
+
       agent = {
         package = mkOption {
           type = types.nullOr types.package;
@@ -112,8 +197,9 @@ let
           example = literalExpression "pkgs.aider-chat";
           description = ''
             Run this Nix package's main program (`meta.mainProgram`) as the
-            agent. The host's /nix/store is mounted read-only at /nix/store, so
-            the package and everything it needs are there at the same paths.
+            agent. Unless the template has `packages` (whose image holds the
+            package), the host's /nix/store is mounted read-only at /nix/store,
+            so the package and everything it needs are there at the same paths.
             Arguments go in `agent.args`; leave `agent.command` empty.
           '';
         };
@@ -148,7 +234,10 @@ let
         task = mkOption {
           type = types.listOf types.str;
           default = [ ];
-          example = [ "{task}" ];
+          example = [
+            "--message-file"
+            "{task_file}"
+          ];
           description = ''
             How the agent takes `up --task`: arguments appended to its command
             when a task is given; `{task}` is the task's text, `{task_file}`
@@ -206,7 +295,8 @@ let
           "none"
         ];
         default = defaults.network;
-        description = "`full`: Docker's default bridge network; `none`: loopback only.";
+        example = "none";
+        description = "`full`: the engine's default bridge network; `none`: loopback only.";
       };
 
       resources = {
@@ -326,9 +416,64 @@ let
         example = "alice";
         description = ''
           The user the sandbox runs as (the container runs with this uid and
-          primary gid). It gets the `docker` group for this unit only. Its
-          FORAGE_HOME is `''${services.forage.home}/<user>`.
+          primary gid). It must be declared in `users.users` and be root or a
+          member of the engine's group (`docker`, or `podman` with
+          `engine = "podman"`, in its `extraGroups`): the unit talks to the
+          engine's socket as this user. Its FORAGE_HOME is
+          `''${services.forage.home}/<user>`.
         '';
+      };
+      secrets = mkOption {
+        default = { };
+        example = literalExpression ''
+          { anthropic.file = config.age.secrets.anthropic.path; }
+        '';
+        description = ''
+          Secrets given to `forage-ctl up` as `--secret NAME=FILE`: the
+          template's `agent.secrets` maps environment variables to these names.
+          Each file must be readable by `user` when the unit starts and must not
+          be in the Nix store (every user can read it): use agenix, sops-nix or
+          a file you manage. Only the path is in the unit; forage reads the file
+          and its content reaches the agent through /run/secrets, never the
+          container's configuration.
+        '';
+        type = types.attrsOf (
+          types.submodule {
+            options.file = mkOption {
+              type = types.str;
+              example = "/run/agenix/anthropic";
+              description = "Absolute path of the file holding the secret (a string, so that Nix never copies it into the store).";
+            };
+          }
+        );
+      };
+      restart = mkOption {
+        type = types.enum [
+          "no"
+          "on-failure"
+        ];
+        default = defaults.restart;
+        example = "on-failure";
+        description = ''
+          The unit's systemd `Restart=`. The unit is a oneshot that runs
+          `forage-ctl up` and then stays active, so `on-failure` retries a
+          failed `up` (every 30 s, within systemd's start limit), e.g. when the
+          engine or a network mount was not ready at boot; an agent that exits
+          later does not restart the unit. The default `no` leaves a failed
+          `up` for you to read in `journalctl -u forage-sandbox-<name>`.
+        '';
+      };
+      after = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "agenix.service" "home-alice-repo.mount" ];
+        description = "More units this sandbox's unit starts after (systemd `After=`), added to the engine's.";
+      };
+      wants = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "home-alice-repo.mount" ];
+        description = "More units this sandbox's unit pulls in (systemd `Wants=`); list them in `after` too to order them.";
       };
       autoStart = mkOption {
         type = types.bool;
@@ -339,15 +484,15 @@ let
         type = types.listOf types.str;
         default = [ ];
         example = [
-          "--secret"
-          "anthropic=/run/agenix/anthropic"
           "--memory"
           "8g"
+          "--network"
+          "none"
         ];
         description = ''
-          More arguments for `forage-ctl up` (see `forage-ctl up --help`), e.g.
-          `--secret NAME=FILE` with FILE managed outside the Nix store (agenix,
-          sops-nix) and readable by `user`.
+          More arguments for `forage-ctl up` (see `forage-ctl up --help`).
+          Secrets go in `secrets` (a `--secret` here works too, and a file in
+          the Nix store is refused the same way).
         '';
       };
       agentArgs = mkOption {
@@ -360,12 +505,13 @@ let
 
   # The template as lib.nix takes it: agent.package resolved to its program.
   templateInput =
-    t:
+    name: t:
     t
     // {
       agent = t.agent // {
         program = if t.agent.package == null then null else lib.getExe t.agent.package;
       };
+      nixImage = if nixImages ? ${name} then nixImageRef name else null;
     };
 
   forageCtl = "${cfg.package}/bin/forage-ctl";
@@ -392,6 +538,27 @@ in
 {
   options.services.forage = {
     enable = mkEnableOption "forage, Docker sandboxes for AI coding agents";
+
+    engine = mkOption {
+      type = types.enum (lib.attrNames forage.engines);
+      default = defaults.engine;
+      example = "podman";
+      description = ''
+        The container engine the sandboxes run on. The module enables it with
+        `mkDefault` (your own `virtualisation.docker.enable` or
+        `virtualisation.podman.enable` wins): `docker` sets
+        `virtualisation.docker.enable`; `podman` sets `virtualisation.podman.enable`
+        and `virtualisation.podman.dockerSocket.enable` (/run/docker.sock, so that
+        forage-ctl run by hand finds Podman) and gives the units
+        `DOCKER_HOST=unix:///run/podman/podman.sock`, rootful Podman's socket.
+        Sandbox users must be root or in the engine's group (`docker` or
+        `podman`).
+
+        forage-ctl's own support for Podman is still coming (issue 29): until it
+        lands, `podman` gives you the units and the engine, but forage-ctl may fail
+        where Podman's API differs from Docker's.
+      '';
+    };
 
     package = mkOption {
       type = types.package;
@@ -485,22 +652,35 @@ in
         }
       ]
       ++ lib.concatLists (
-        lib.mapAttrsToList (name: t: toAssertions (forage.templateErrors name (templateInput t))) cfg.templates
+        lib.mapAttrsToList (name: t: toAssertions (forage.templateErrors name (templateInput name t))) cfg.templates
       )
       ++ lib.concatLists (
         lib.mapAttrsToList (
-          name: s: toAssertions (forage.sandboxErrors { templates = lib.attrNames cfg.templates; } name s)
+          name: s:
+          toAssertions (
+            forage.sandboxErrors { templates = lib.attrNames cfg.templates; } name s
+            ++ forage.userErrors {
+              inherit (cfg) engine;
+              inherit (config.users) users;
+            } name s
+          )
         ) cfg.sandboxes
       );
 
-    virtualisation.docker.enable = true;
+    # mkDefault: a host that sets these itself (e.g. Docker off for a Podman host
+    # that also has Docker installed) keeps its own choice.
+    virtualisation.docker.enable = mkIf (!isPodman) (mkDefault true);
+    virtualisation.podman = mkIf isPodman {
+      enable = mkDefault true;
+      dockerSocket.enable = mkDefault true;
+    };
 
     environment.systemPackages = [ cfg.package ];
 
     environment.etc = lib.mapAttrs' (
       name: t:
       lib.nameValuePair "forage/templates/${name}.yaml" {
-        text = forage.templateText (templateInput t);
+        text = forage.templateText (templateInput name t);
       }
     ) cfg.templates;
 
@@ -527,31 +707,45 @@ in
         ) users
       );
 
-    systemd.services = lib.mapAttrs' (
+    systemd.services =
+      lib.mapAttrs' (name: image: lib.nameValuePair (imageUnit name) (imageService name image)) nixImages
+      // lib.mapAttrs' (
       name: s:
       let
         unit = unitOf name s;
+        # The image unit of its template, when Nix builds that image.
+        images = lib.optional (nixImages ? ${s.template}) "${imageUnit s.template}.service";
       in
       lib.nameValuePair unit.unitName {
         description = "forage sandbox ${name} (template ${s.template})";
         documentation = [ "man:forage-ctl(1)" ];
-        # Wants=, not Requires=: with Requires=, every restart of docker.service (a
-        # `nixos-rebuild switch` that updates Docker restarts it) would restart this
-        # unit too, i.e. `down` and a fresh `up`. With virtualisation.docker.liveRestore
-        # the containers keep running across a daemon restart instead.
+        # Wants=, not Requires=: with Requires=, every restart of the engine's unit
+        # (a `nixos-rebuild switch` that updates Docker restarts docker.service)
+        # would restart this unit too, i.e. `down` and a fresh `up`. With
+        # virtualisation.docker.liveRestore the containers keep running across a
+        # daemon restart instead.
+        # (Wants= for the image unit too: a restart of it on `nixos-rebuild switch`
+        # must not restart the sandbox.)
         wants = [
-          "docker.service"
+          engine.unit
           "network-online.target"
-        ];
+        ]
+        ++ images
+        ++ s.wants;
         after = [
-          "docker.service"
+          engine.unit
           "network-online.target"
           "systemd-tmpfiles-setup.service"
-        ];
+        ]
+        ++ images
+        ++ s.after;
         wantedBy = lib.optional s.autoStart "multi-user.target";
         # host_image templates copy their programs from this PATH.
         path = cfg.hostTools;
-        environment.FORAGE_HOME = unit.forageHome;
+        environment = {
+          FORAGE_HOME = unit.forageHome;
+        }
+        // lib.optionalAttrs (engine.dockerHost != null) { DOCKER_HOST = engine.dockerHost; };
         # Restarting means `down` (the work is archived) and a fresh `up`: never do
         # that behind the user's back on `nixos-rebuild switch`. Changes take effect
         # at the next `systemctl restart forage-sandbox-<name>` or reboot.
@@ -560,14 +754,15 @@ in
           Type = "oneshot";
           RemainAfterExit = true;
           User = s.user;
-          SupplementaryGroups = [ "docker" ];
+          Restart = s.restart;
           ExecStart = pkgs.writeShellScript "${unit.unitName}-up" unit.startScript;
           ExecStop = pkgs.writeShellScript "${unit.unitName}-down" unit.stopScript;
           # Building an agent template's image on first start can take minutes.
           TimeoutStartSec = "30min";
           # `down` waits up to the template's stop_timeout (<= 100 s), then archives.
           TimeoutStopSec = "5min";
-        };
+        }
+        // lib.optionalAttrs (s.restart != "no") { RestartSec = "30s"; };
       }
     ) cfg.sandboxes;
   };

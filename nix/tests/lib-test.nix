@@ -23,6 +23,7 @@ let
       build = {
         context = "/srv/forage/myagent";
         dockerfile = "Dockerfile.agent";
+        base = "ghcr.io/org/rust-dev:1";
       };
       agent = {
         command = [
@@ -82,6 +83,14 @@ let
         }
       ];
       init = [ "true" ];
+    };
+
+    # `packages`: the image Nix builds (the module passes its reference as
+    # nixImage); the agent package is in it, so no /nix/store mount.
+    nixPackages = {
+      packages = [ "git" ];
+      nixImage = "forage-nix/nixpackages:0123456789abcdef0123456789abcdef";
+      agent.program = "/nix/store/00000000000000000000000000000000-hello-2.12.1/bin/hello";
     };
 
     # A Nix package in an image of the template's choosing.
@@ -240,6 +249,17 @@ let
       base = "trunk()";
       user = "alice";
     };
+    # Typed secrets: `--secret NAME=FILE` each, by name, before extraArgs.
+    with-secrets = {
+      template = "claude";
+      gitWorktree = "/home/alice/repo";
+      user = "alice";
+      secrets = {
+        openai.file = "/run/secrets/openai";
+        anthropic.file = "/run/agenix/anthropic";
+      };
+      extraArgs = [ "--read-only" ];
+    };
   };
 
   badSandboxes = {
@@ -286,6 +306,17 @@ let
       branch = "x";
       user = "alice";
     };
+    typed-secrets = {
+      template = "claude";
+      gitWorktree = "/srv/a";
+      user = "alice";
+      secrets = {
+        in-store.file = "/nix/store/00000000000000000000000000000000-key";
+        relative.file = "keys/anthropic";
+        Upper.file = "/run/agenix/upper";
+        fine.file = "/run/agenix/fine";
+      };
+    };
     secret-in-store = {
       template = "claude";
       gitWorktree = "/srv/a";
@@ -318,6 +349,45 @@ in
   sandboxes = mapAttrs unit sandboxes;
   sandboxErrors = mapAttrs (forage.sandboxErrors { templates = declared; }) sandboxes;
   badSandboxErrors = mapAttrs (forage.sandboxErrors { templates = declared; }) badSandboxes;
+
+  # Who may run a sandbox: declared users in the engine's group, or root.
+  userErrors =
+    let
+      users = {
+        alice.extraGroups = [ "docker" ];
+        bob.extraGroups = [ "podman" ];
+        carol.group = "docker";
+        dave = { };
+      };
+      check =
+        engine: user:
+        forage.userErrors { inherit users engine; } "s" {
+          inherit user;
+          template = "shell";
+          workspace = "/srv/a";
+        };
+      # mallory is not declared.
+      names = builtins.attrNames users ++ [
+        "root"
+        "mallory"
+      ];
+      each =
+        engine:
+        builtins.listToAttrs (
+          map (user: {
+            name = user;
+            value = check engine user;
+          }) names
+        );
+    in
+    {
+      docker = each "docker";
+      podman = each "podman";
+    };
+  nixImageNames = map forage.nixImageName [
+    "aider-nix"
+    "Py_Tools.2"
+  ];
 
   sessionInit = forage.sessionInit "/var/lib/forage" [
     "alice"

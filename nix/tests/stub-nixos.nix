@@ -13,7 +13,7 @@
 {
   # services.forage settings: an attribute set, or a function of { config, pkgs }.
   forageConfig,
-  # users.users, as the module reads it (only `group`).
+  # users.users, as the module reads it (`group`, `extraGroups`).
   users ? { },
   # Other parts of `config` the settings may read (e.g. age.secrets).
   otherConfig ? { },
@@ -122,6 +122,13 @@ let
       _type = "if";
       inherit condition content;
     };
+    # Kept visible in the generated config (as { mkDefault = value; }) so tests
+    # can see that the module proposes a value rather than forcing it.
+    mkDefault = content: {
+      _type = "override";
+      priority = 1000;
+      inherit content;
+    };
     inherit (b)
       attrNames
       concatLists
@@ -130,6 +137,9 @@ let
       ;
     hasPrefix = prefix: s: b.substring 0 (b.stringLength prefix) s == prefix;
     optional = cond: x: if cond then [ x ] else [ ];
+    optionalAttrs = cond: as: if cond then as else { };
+    filterAttrs = pred: set: listToAttrs (b.concatMap (n: if pred n set.${n} then [ (nameValuePair n set.${n}) ] else [ ]) (b.attrNames set));
+    inherit (b) mapAttrs;
     nameValuePair = name: value: { inherit name value; };
     mapAttrsToList = f: set: map (n: f n set.${n}) (b.attrNames set);
     "mapAttrs'" = f: set: listToAttrs (mapAttrsToList f set);
@@ -159,6 +169,23 @@ let
       aider-chat = fakePackage "aider-chat-0.70.0" // {
         meta.mainProgram = "aider";
       };
+      # Like nixpkgs': a script that streams the image (a derivation named
+      # stream-<name>), with the image's name and tag as attributes; the real tag is
+      # derived from the image's contents, as this one is.
+      dockerTools.streamLayeredImage =
+        args:
+        let
+          baseName = b.baseNameOf args.name;
+          contents = map (p: p.outPath) (args.contents or [ ]);
+          hash = b.substring 0 32 (b.hashString "sha256" (b.toJSON (args // { inherit contents; })));
+        in
+        {
+          type = "derivation";
+          name = "stream-${baseName}";
+          outPath = "/nix/store/${hash}-stream-${baseName}";
+          imageName = args.name;
+          imageTag = hash;
+        };
     }
     // b.listToAttrs (
       map (name: {
@@ -187,13 +214,56 @@ let
   config = otherConfig // {
     services.forage = fill "services.forage" module.options.services.forage settings.services.forage;
     users.users = users;
+    # The defaults of the NixOS options the module reads.
+    virtualisation.docker.package = fakePackage "docker-27.5.1";
+    virtualisation.podman.package = fakePackage "podman-5.4.0";
   };
+
+  # The NixOS options (outside services.forage) the module may define: `true` marks
+  # an option, an attribute set a group of them. A misspelt one fails the evaluation.
+  nixosOptions = {
+    assertions = true;
+    environment = {
+      systemPackages = true;
+      etc = true;
+      extraInit = true;
+    };
+    systemd = {
+      services = true;
+      tmpfiles.settings = true;
+    };
+    virtualisation = {
+      docker.enable = true;
+      podman = {
+        enable = true;
+        dockerSocket.enable = true;
+      };
+    };
+  };
+
+  # `v` (the module's config) defines only options of `opts`.
+  checkDefined =
+    at: opts: v:
+    if opts == true || v == null then
+      v
+    else if !(b.isAttrs v) then
+      throw "${at}: ${b.toJSON v} defined where options are expected"
+    else
+      b.mapAttrs (
+        n: x:
+        if opts ? ${n} then
+          checkDefined (if at == "" then n else "${at}.${n}") opts.${n} x
+        else
+          throw "${at}.${n}: no such NixOS option in the stand-in (add it to nixosOptions if NixOS has it)"
+      ) v;
 
   # mkIf, resolved.
   resolve =
     v:
     if b.isAttrs v && (v._type or null) == "if" then
       (if v.condition then resolve v.content else null)
+    else if b.isAttrs v && (v._type or null) == "override" then
+      { mkDefault = resolve v.content; }
     else if b.isAttrs v && !(v ? outPath) then
       b.mapAttrs (_: resolve) v
     else if b.isList v then
@@ -201,7 +271,7 @@ let
     else
       v;
 
-  generated = resolve module.config;
+  generated = checkDefined "" nixosOptions (resolve module.config);
 in
 # The module's `config` (null when services.forage is not enabled) and the
 # messages of its failing assertions.

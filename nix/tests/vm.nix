@@ -21,8 +21,8 @@ pkgs.testers.runNixOSTest {
 
       users.users.alice = {
         isNormalUser = true;
-        # For her own forage-ctl commands (list, exec, restore); the units get the
-        # docker group by themselves.
+        # The module requires it (its units talk to Docker as alice), and her own
+        # forage-ctl commands (list, exec, restore) need it too.
         extraGroups = [ "docker" ];
       };
       environment.systemPackages = [ pkgs.git ];
@@ -59,10 +59,7 @@ pkgs.testers.runNixOSTest {
           template = "hello";
           workspace = "/home/alice/scratch";
           user = "alice";
-          extraArgs = [
-            "--secret"
-            "token=/run/forage-test/token"
-          ];
+          secrets.token.file = "/run/forage-test/token";
         };
 
         sandboxes.repo = {
