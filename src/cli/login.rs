@@ -119,6 +119,12 @@ fn list(ctx: &Ctx, engine: &Engine<Docker>) -> Result<i32> {
         ctx.out.json(&all)?;
         return Ok(0);
     }
+    if all.is_empty() {
+        // Said on stderr: a script reading the table gets nothing to parse.
+        ctx.out.status("no agent logins or state are stored");
+        ctx.out.hint_text("`forage-ctl login TEMPLATE` runs an agent's own login once and keeps it");
+        return Ok(0);
+    }
     let mut table = Table::new(["TEMPLATE", "PROFILE", "FILES", "CHANGED"]);
     for p in &all {
         table.row([

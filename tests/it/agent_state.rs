@@ -188,6 +188,10 @@ fn profiles_are_separate_and_logout_removes_one() {
 fn login_runs_the_agents_login_and_leaves_nothing_behind() {
     let env = Env::new();
     fake_template(&env);
+    // Nothing stored yet: said on stderr, nothing on stdout for a script.
+    let out = env.run(&["login", "--list"]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no agent logins or state are stored"), "{}", describe(&out));
     let mut child = env
         .cmd(&["login", "fake", "--profile", "me"])
         .stdin(Stdio::piped())
