@@ -3,6 +3,7 @@
 //! things, `workspace` and `runtime` each do one job.
 
 pub mod cli;
+pub mod egress;
 pub mod env;
 pub mod error;
 pub mod host_paths;
