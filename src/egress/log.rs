@@ -112,13 +112,22 @@ mod tests {
             allowed,
             reason: (!allowed).then(|| "not in the allowlist".into()),
         };
-        for x in [d(5, "a", "x.test", true), d(9, "a", "x.test", true), d(7, "a", "y.test", false), d(8, "b", "x.test", true), d(1, "a", "old.test", true)] {
+        for x in [
+            d(5, "a", "x.test", true),
+            d(9, "a", "x.test", true),
+            d(7, "a", "y.test", false),
+            d(8, "b", "x.test", true),
+            d(1, "a", "old.test", true),
+        ] {
             append(dir.path(), &x).unwrap();
         }
         std::fs::OpenOptions::new().append(true).open(dir.path().join(FILE)).unwrap().write_all(b"garbage\n").unwrap();
         let s = summary(dir.path(), "a", 2).unwrap();
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].host.as_str(), s[0].count, s[0].first, s[0].last), ("x.test", 2, 5, 9));
-        assert_eq!((s[1].host.as_str(), s[1].allowed, s[1].reason.as_deref()), ("y.test", false, Some("not in the allowlist")));
+        assert_eq!(
+            (s[1].host.as_str(), s[1].allowed, s[1].reason.as_deref()),
+            ("y.test", false, Some("not in the allowlist"))
+        );
     }
 }

@@ -181,7 +181,9 @@ impl Allowlist {
                 (Target::Exact(e), Host::Name(n)) if e == n => Match::Exact,
                 (Target::Ip(a), Host::Ip(b)) if a == b => Match::Exact,
                 (Target::Glob(s), Host::Name(n))
-                    if n.len() > s.len() + 1 && n.ends_with(s.as_str()) && n.as_bytes()[n.len() - s.len() - 1] == b'.' =>
+                    if n.len() > s.len() + 1
+                        && n.ends_with(s.as_str())
+                        && n.as_bytes()[n.len() - s.len() - 1] == b'.' =>
                 {
                     Match::Glob
                 }
@@ -257,7 +259,8 @@ mod tests {
         ] {
             assert_eq!(raw.parse::<Pattern>().unwrap().to_string(), shown);
         }
-        for bad in ["", "*", "*.com", "a b", "x:0", "x:99999", "::1", "[::1]:80", "-a.com", "*.*.a.com", "http://a.com"] {
+        for bad in ["", "*", "*.com", "a b", "x:0", "x:99999", "::1", "[::1]:80", "-a.com", "*.*.a.com", "http://a.com"]
+        {
             let err = bad.parse::<Pattern>().unwrap_err();
             assert!(err.contains("is not an allowlist entry"), "{bad}: {err}");
         }

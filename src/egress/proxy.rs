@@ -38,10 +38,12 @@ pub struct Config {
     pub log_dir: PathBuf,
 }
 
+/// The map, and the (modified time, length) of the file it was read from.
+type Loaded = (Option<(SystemTime, u64)>, Arc<EgressMap>);
+
 struct State {
     config: Config,
-    /// The map, and the (modified time, length) of the file it was read from.
-    map: Mutex<(Option<(SystemTime, u64)>, Arc<EgressMap>)>,
+    map: Mutex<Loaded>,
     log: Mutex<()>,
 }
 
@@ -199,8 +201,7 @@ fn denial(sandbox: &str, host: &Host, port: u16, why: &str) -> String {
 }
 
 /// Decides on `host:port` for `sandbox` and connects to it: the upstream
-/// stream, or the status and text to answer with (the decision is logged
-/// either way).
+/// stream, or the status and text to answer with (a refusal logged).
 async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<TcpStream, (u16, String)> {
     let decide = |allowed: bool, reason: Option<String>| Decision {
         time: now(),
@@ -217,25 +218,25 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
     };
     let addresses: Vec<Ipv4Addr> = match host {
         Host::Ip(ip) => vec![*ip],
-        Host::Name(name) => match tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::lookup_host((name.as_str(), port))).await {
-            Ok(Ok(addrs)) => addrs.filter_map(v4).collect(),
-            Ok(Err(e)) => {
-                let why = format!("{name} does not resolve ({e})");
-                state.log(decide(false, Some(why.clone())));
-                return Err((502, format!("forage: {why}\n")));
+        Host::Name(name) => {
+            match tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::lookup_host((name.as_str(), port))).await {
+                Ok(Ok(addrs)) => addrs.filter_map(v4).collect(),
+                Ok(Err(e)) => {
+                    let why = format!("{name} does not resolve ({e})");
+                    state.log(decide(false, Some(why.clone())));
+                    return Err((502, format!("forage: {why}\n")));
+                }
+                Err(_) => {
+                    let why = format!("resolving {name} timed out");
+                    state.log(decide(false, Some(why.clone())));
+                    return Err((504, format!("forage: {why}\n")));
+                }
             }
-            Err(_) => {
-                let why = format!("resolving {name} timed out");
-                state.log(decide(false, Some(why.clone())));
-                return Err((504, format!("forage: {why}\n")));
-            }
-        },
+        }
     };
     let mut refused = Vec::new();
-    let usable: Vec<Ipv4Addr> = addresses
-        .into_iter()
-        .filter(|ip| reachable(*ip, how).map_err(|why| refused.push(why)).is_ok())
-        .collect();
+    let usable: Vec<Ipv4Addr> =
+        addresses.into_iter().filter(|ip| reachable(*ip, how).map_err(|why| refused.push(why)).is_ok()).collect();
     if usable.is_empty() {
         let why = if refused.is_empty() { format!("{host} has no IPv4 address") } else { refused.join("; ") };
         state.log(decide(false, Some(why.clone())));
@@ -244,10 +245,8 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
     let mut last = String::new();
     for ip in usable {
         match tokio::time::timeout(UPSTREAM_TIMEOUT, TcpStream::connect(SocketAddrV4::new(ip, port))).await {
-            Ok(Ok(s)) => {
-                state.log(decide(true, None));
-                return Ok(s);
-            }
+            // Logged as allowed by the caller, once it passed its last check.
+            Ok(Ok(s)) => return Ok(s),
             Ok(Err(e)) => last = format!("connecting to {ip}:{port}: {e}"),
             Err(_) => last = format!("connecting to {ip}:{port} timed out"),
         }
@@ -276,7 +275,7 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     let read = tokio::time::timeout(CLIENT_TIMEOUT, async {
         loop {
             let want = tls::record_len(&first).unwrap_or(5).min(tls::MAX_RECORD);
-            if first.len() >= want || (first.len() >= 1 && first[0] != 0x16) {
+            if first.len() >= want || (!first.is_empty() && first[0] != 0x16) {
                 return true;
             }
             let mut chunk = vec![0u8; want - first.len()];
@@ -296,8 +295,16 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         Hello::Tls(Some(sni)) => Some(format!("its TLS names {sni:?}, not {host}")),
         Hello::Unreadable => Some("its TLS ClientHello cannot be read whole".to_owned()),
     };
-    if let Some(why) = mismatch {
-        state.log(Decision { time: now(), sandbox: sandbox.name.clone(), host: host.to_string(), port, allowed: false, reason: Some(why) });
+    let refused = mismatch.is_some();
+    state.log(Decision {
+        time: now(),
+        sandbox: sandbox.name.clone(),
+        host: host.to_string(),
+        port,
+        allowed: !refused,
+        reason: mismatch,
+    });
+    if refused {
         return; // dropping both ends closes the tunnel
     }
     if upstream.write_all(&first).await.is_ok() {
@@ -333,6 +340,14 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
             return;
         }
     };
+    state.log(Decision {
+        time: now(),
+        sandbox: sandbox.name.clone(),
+        host: host.to_string(),
+        port,
+        allowed: true,
+        reason: None,
+    });
     let mut head = format!("{} {} {}\r\n", request.method, path, request.version);
     for h in &request.headers {
         let name = h.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();

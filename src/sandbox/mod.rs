@@ -8,6 +8,7 @@
 mod archives;
 mod checkout;
 mod down;
+mod egress;
 pub mod gc;
 pub mod journal;
 pub mod launcher;

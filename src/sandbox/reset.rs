@@ -42,12 +42,14 @@ impl<R: Runtime> Engine<R> {
         // Everything refused before a possibly slow image build.
         let guard = guard(&self.home, &self.settings);
         let plan = self.plan_again(template, &record, &guard)?;
+        refuse_network_change(&record, &plan)?;
         record.workspace.check_host_paths(&guard)?;
         let image = self.runtime.ensure_image(&plan.image, self.progress.as_ref()).await?;
         let spec =
             container_spec(name, template, options, &plan, &record.workspace, image.clone(), &self.home, self.identity);
         self.check_program(&spec)?;
         let spec = with_workspace_mounts(spec, &record.workspace, plan.read_only, &guard);
+        let spec = super::egress::attach(spec, &record);
         self.copy_secrets_of_older_record(&mut record).await?;
         record.pins = self.repin(&record, &spec.mounts)?;
         self.refuse_overlap(name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
@@ -133,4 +135,21 @@ impl<R: Runtime> Engine<R> {
         }
         self.copy_secrets(record).await
     }
+}
+
+/// A sandbox keeps the network (and allowlist) it was made with: `reset`
+/// refuses a template that now gives it `restricted`, or takes it away.
+fn refuse_network_change(record: &Record, plan: &super::plan::ContainerPlan) -> Result<()> {
+    let restricted = plan.network == crate::runtime::Network::Restricted;
+    if restricted == record.egress.is_some() {
+        return Ok(());
+    }
+    let name = record.name.as_str();
+    Err(Error::conflict(format!(
+        "template {} now gives sandbox {name} network {}, which `reset` cannot change",
+        record.template,
+        plan.network.as_str()
+    ))
+    .hint_run("{command} keeps its work", ["down", name])
+    .hint_run("and {command} makes it again with the new network", ["up", name]))
 }
