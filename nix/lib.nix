@@ -209,6 +209,7 @@ let
       stop_signal = t.stopSignal or defaults.stopSignal;
       stop_timeout = t.stopTimeout or defaults.stopTimeout;
     }
+    // optionalAttrs ((t.networkAllow or [ ]) != [ ]) { network_allow = t.networkAllow; }
     // optionalAttrs (nonNull (t.image or null)) { inherit (t) image; }
     // optionalAttrs (nonNull build) {
       build = {
@@ -255,7 +256,8 @@ let
     ++ optional (!elem data.network [
       "full"
       "none"
-    ]) "${at}: network must be \"full\" or \"none\""
+      "restricted"
+    ]) "${at}: network must be \"full\", \"none\" or \"restricted\""
     ++ concatMap (
       var:
       optional (!isEnvName var) "${at}: agent.secrets: \"${var}\" is not an environment variable name"

@@ -84,6 +84,18 @@ let
       init = [ "true" ];
     };
 
+    # `network = "restricted"` with its allowlist, as `network_allow`.
+    restricted = {
+      image = "debian:12";
+      agent.command = [ "sh" ];
+      network = "restricted";
+      networkAllow = [
+        "api.anthropic.com"
+        "*.githubusercontent.com"
+        "models.internal:11434"
+      ];
+    };
+
     # A Nix package in an image of the template's choosing.
     packageInImage = {
       image = "debian:12";
