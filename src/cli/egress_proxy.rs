@@ -13,6 +13,9 @@ pub struct EgressProxyArgs {
     /// The address to listen on.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+    /// Where to answer every DNS query with NXDOMAIN (UDP).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dns: Option<SocketAddr>,
     /// The directory of the map of sandboxes (read, and re-read when it changes).
     #[arg(long, value_name = "DIR")]
     pub policy: PathBuf,
@@ -23,6 +26,16 @@ pub struct EgressProxyArgs {
 
 pub async fn run(args: EgressProxyArgs) -> Result<i32> {
     let config = crate::egress::proxy::Config { listen: args.listen, policy_dir: args.policy, log_dir: args.log };
-    crate::egress::proxy::serve(config).await.map_err(|e| Error::other(format!("egress proxy: {e}")))?;
+    let dns = async {
+        match args.dns {
+            Some(at) => crate::egress::dns::serve(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = crate::egress::proxy::serve(config) => r,
+        r = dns => r,
+    }
+    .map_err(|e| Error::other(format!("egress proxy: {e}")))?;
     Ok(0)
 }

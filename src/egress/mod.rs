@@ -7,6 +7,7 @@
 //! (`log`), the TLS peek (`tls`), subnet choice (`subnet`) and the proxy
 //! itself (`proxy`).
 
+pub mod dns;
 pub mod log;
 pub mod map;
 pub mod policy;
@@ -16,6 +17,8 @@ pub mod tls;
 
 /// The port the proxy listens on, on every network it is joined to.
 pub const PROXY_PORT: u16 = 3128;
+/// Where it answers DNS (NXDOMAIN, always): a sandbox's resolver forwards there.
+pub const DNS_PORT: u16 = 53;
 /// Where the proxy's container mounts FORAGE_HOME/egress/policy (read-only)
 /// and FORAGE_HOME/egress/log.
 pub const POLICY_INSIDE: &str = "/forage-egress/policy";

@@ -274,7 +274,7 @@ impl Runtime for Docker {
                 (None, Network::None | Network::Restricted) => "none".into(),
             }),
             // Names resolve only through the proxy: the engine's resolver
-            // forwards to the proxy's address, where nothing answers DNS.
+            // forwards to the proxy's address, which answers NXDOMAIN to all.
             dns: spec.egress.as_ref().map(|e| vec![e.proxy.to_string()]),
             ..Default::default()
         };

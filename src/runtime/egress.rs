@@ -214,6 +214,12 @@ impl Docker {
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             readonly_rootfs: Some(true),
+            // Port 53 (its DNS answer) without a capability: the proxy runs
+            // as the user, with none.
+            sysctls: Some(HashMap::from([(
+                "net.ipv4.ip_unprivileged_port_start".to_owned(),
+                crate::egress::DNS_PORT.to_string(),
+            )])),
             memory: Some(256 << 20),
             pids_limit: Some(256),
             restart_policy: Some(RestartPolicy {

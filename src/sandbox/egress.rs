@@ -294,6 +294,8 @@ impl<R: Runtime> Engine<R> {
                 "egress-proxy".into(),
                 "--listen".into(),
                 format!("0.0.0.0:{PROXY_PORT}"),
+                "--dns".into(),
+                format!("0.0.0.0:{}", crate::egress::DNS_PORT),
                 "--policy".into(),
                 POLICY_INSIDE.into(),
                 "--log".into(),
