@@ -164,25 +164,25 @@ impl Docker {
             Err(e) => return Err(Error::docker(format!("inspecting network {}", spec.outside), e)),
         }
         use crate::egress::policy::OUTSIDE_RANGE;
-        for _ in 0..8 {
-            let used = self.docker_used_subnets().await?;
-            let Some(subnet) =
-                crate::egress::subnet::free(OUTSIDE_RANGE, crate::egress::OUTSIDE_SUBNET_BITS, &used).next()
-            else {
-                break;
-            };
-            let network = NetworkSpec {
-                name: spec.outside.clone(),
-                subnet,
-                internal: false,
-                labels: spec.outside_labels.clone(),
-            };
+        // A subnet the engine refused is skipped from then on: one another
+        // `up` took meanwhile, or one a network being removed still holds
+        // (which the listing no longer shows).
+        let mut refused = Vec::new();
+        for _ in 0..32 {
+            let mut used = self.docker_used_subnets().await?;
+            used.extend_from_slice(&refused);
+            let bits = crate::egress::OUTSIDE_SUBNET_BITS;
+            let Some(subnet) = crate::egress::subnet::free(OUTSIDE_RANGE, bits, &used).next() else { break };
+            let labels = spec.outside_labels.clone();
+            let network = NetworkSpec { name: spec.outside.clone(), subnet, internal: false, labels };
             if self.docker_create_network(&network).await? {
                 return Ok(());
             }
+            tracing::debug!("the engine refused subnet {subnet} for {}", spec.outside);
+            refused.push(subnet);
         }
         Err(Error::engine(format!(
-            "no free /{} left in {}/{} for the egress proxy's network {}; remove unused networks (`docker network prune`)",
+            "no free /{} found in {}/{} for the egress proxy's network {}; remove unused networks (`docker network prune`)",
             crate::egress::OUTSIDE_SUBNET_BITS,
             OUTSIDE_RANGE.0,
             OUTSIDE_RANGE.1,

@@ -157,21 +157,26 @@ impl<R: Runtime> Engine<R> {
             (LABEL_SANDBOX.to_owned(), record.name.to_string()),
             (LABEL_EGRESS.to_owned(), "sandbox-network".to_owned()),
         ]);
-        let mut made = None;
+        let (mut made, mut refused) = (None, Vec::new());
         // Another `up` may take the subnet picked between the listing and the
-        // creation: the engine refuses the overlap, and the next one is tried.
-        for _ in 0..16 {
-            let used = self.runtime.used_subnets().await?;
+        // creation, and a network being removed may still hold its subnet
+        // (unlisted): the engine refuses the overlap, and that subnet is
+        // skipped from then on.
+        for _ in 0..32 {
+            let mut used = self.runtime.used_subnets().await?;
+            used.extend_from_slice(&refused);
             let Some(subnet) = subnet::free(SANDBOX_RANGE, SANDBOX_SUBNET_BITS, &used).next() else { break };
             let spec = NetworkSpec { name: network.clone(), subnet, internal: true, labels: labels.clone() };
             if self.runtime.create_network(&spec).await? {
                 made = Some(subnet);
                 break;
             }
+            tracing::debug!("the engine refused subnet {subnet} for {network}");
+            refused.push(subnet);
         }
         let Some(subnet) = made else {
             return Err(Error::engine(format!(
-                "no free /{SANDBOX_SUBNET_BITS} left in {}/{} for the sandbox's network",
+                "no free /{SANDBOX_SUBNET_BITS} found in {}/{} for the sandbox's network",
                 SANDBOX_RANGE.0, SANDBOX_RANGE.1
             ))
             .hint("remove restricted sandboxes you no longer need (`forage-ctl down`), or networks left behind (`forage-ctl gc`)"));

@@ -356,4 +356,14 @@ fn a_failed_restricted_up_leaves_nothing_behind_and_bad_entries_are_refused() {
     assert_eq!(w.networks(), Vec::<String>::new(), "networks left behind");
     assert_eq!(w.proxies(), Vec::<String>::new(), "the proxy was left behind");
     w.env.assert_nothing_left();
+
+    // Killed just after the network step: the network and the proxy are left,
+    // and `gc --force` removes them with the broken sandbox.
+    w.env.killed_after(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted"], "network");
+    assert_eq!(w.networks().len(), 2, "the sandbox's and the proxy's networks: {:?}", w.networks());
+    assert_eq!(w.proxies().len(), 1);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new(), "gc left networks");
+    assert_eq!(w.proxies(), Vec::<String>::new(), "gc left the proxy");
+    w.env.assert_nothing_left();
 }
