@@ -7,6 +7,7 @@
 //! against the name it was allowed for. Every decision is logged.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -38,8 +39,9 @@ pub struct Config {
     pub log_dir: PathBuf,
 }
 
-/// The map, and the (modified time, length) of the file it was read from.
-type Loaded = (Option<(SystemTime, u64)>, Arc<EgressMap>);
+/// The map, and the (inode, modified time, length) of the file it was read
+/// from: forage replaces the file (a rename), so a new map is a new inode.
+type Loaded = (Option<(u64, SystemTime, u64)>, Arc<EgressMap>);
 
 struct State {
     config: Config,
@@ -51,7 +53,7 @@ impl State {
     /// The map as the file now holds it (re-read when the file changed).
     fn map(&self) -> Arc<EgressMap> {
         let path = self.config.policy_dir.join(super::map::FILE);
-        let stamp = std::fs::metadata(&path).ok().and_then(|m| Some((m.modified().ok()?, m.len())));
+        let stamp = std::fs::metadata(&path).ok().and_then(|m| Some((m.ino(), m.modified().ok()?, m.len())));
         let mut held = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if held.0 != stamp || stamp.is_none() {
             match EgressMap::read(&self.config.policy_dir) {

@@ -88,13 +88,23 @@ impl Docker {
             labels: Some(spec.labels.clone()),
             ..Default::default()
         };
+        // Engines before API 1.44 make a second network of a name in use
+        // (`CheckDuplicate` is off, and bollard no longer sends it), and then
+        // every request by that name is ambiguous: refuse one in use first.
+        let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
+        let same_name = self
+            .api()
+            .await?
+            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
+            .await
+            .map_err(|e| Error::docker("listing networks", e))?;
+        if same_name.iter().any(|n| n.name.as_deref() == Some(spec.name.as_str())) {
+            return Err(taken(&spec.name));
+        }
         match self.api().await?.create_network(request).await {
             Ok(_) => Ok(true),
             Err(e) if e.to_string().contains("overlap") => Ok(false),
-            Err(e) if is_docker_conflict(&e) => Err(Error::conflict(format!(
-                "a network named {} already exists; remove it (`docker network rm {}`) or pick another sandbox name",
-                spec.name, spec.name
-            ))),
+            Err(e) if is_docker_conflict(&e) => Err(taken(&spec.name)),
             Err(e) => Err(Error::docker(format!("creating network {} ({})", spec.name, spec.subnet), e)),
         }
     }
@@ -269,6 +279,13 @@ impl Docker {
             Err(e) => Err(Error::docker(format!("inspecting container {name}"), e)),
         }
     }
+}
+
+/// A network of that name exists, and is not forage's to use.
+fn taken(name: &str) -> Error {
+    Error::conflict(format!(
+        "a network named {name} already exists; remove it (`docker network rm {name}`) or pick another sandbox name"
+    ))
 }
 
 /// What a runtime without networks says to `network: restricted`.

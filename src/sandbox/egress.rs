@@ -167,7 +167,16 @@ impl<R: Runtime> Engine<R> {
             used.extend_from_slice(&refused);
             let Some(subnet) = subnet::free(SANDBOX_RANGE, SANDBOX_SUBNET_BITS, &used).next() else { break };
             let spec = NetworkSpec { name: network.clone(), subnet, internal: true, labels: labels.clone() };
-            if self.runtime.create_network(&spec).await? {
+            let created = match self.runtime.create_network(&spec).await {
+                // A network of that name is someone else's: never undo it.
+                Err(e) if e.kind() == crate::error::ErrorKind::Conflict => {
+                    record.journal.pop();
+                    self.home.save(record)?;
+                    return Err(e);
+                }
+                other => other?,
+            };
+            if created {
                 made = Some(subnet);
                 break;
             }

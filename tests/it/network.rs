@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 
-use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkDisconnectRequest};
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkDisconnectRequest,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions, RemoveContainerOptions,
 };
@@ -344,6 +346,19 @@ fn a_failed_restricted_up_leaves_nothing_behind_and_bad_entries_are_refused() {
     assert!(err.contains("line 2") && err.contains(&allow_file.display().to_string()), "{err}");
     std::fs::remove_file(&allow_file).unwrap();
     assert_eq!(w.networks(), Vec::<String>::new());
+
+    // A network of the sandbox's network's name that is not forage's: exit 4,
+    // and it is left as it was (labelled so that the World removes it anyway).
+    let squatter = format!("forage-{name}-net");
+    let labels = HashMap::from([("forage.home".to_owned(), w.home_label())]);
+    let request = NetworkCreateRequest { name: squatter.clone(), labels: Some(labels), ..Default::default() };
+    block_on(docker().create_network(request)).unwrap();
+    let err = w.env.fails(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted"], 4);
+    assert!(err.contains(&format!("a network named {squatter} already exists")), "{err}");
+    assert!(network_exists(&squatter), "forage removed a network it did not make");
+    block_on(docker().remove_network(&squatter)).unwrap();
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
 
     // An agent that dies as it starts: `up` fails after the network and the
     // proxy were made, and rolls both back.
