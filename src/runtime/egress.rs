@@ -191,7 +191,7 @@ impl Docker {
             tracing::debug!("the engine refused subnet {subnet} for {}", spec.outside);
             refused.push(subnet);
         }
-        Err(Error::engine(format!(
+        Err(Error::other(format!(
             "no free /{} found in {}/{} for the egress proxy's network {}; remove unused networks (`docker network prune`)",
             crate::egress::OUTSIDE_SUBNET_BITS,
             OUTSIDE_RANGE.0,
@@ -290,5 +290,5 @@ fn taken(name: &str) -> Error {
 
 /// What a runtime without networks says to `network: restricted`.
 pub fn unsupported() -> Error {
-    Error::engine("this container runtime cannot make networks, which `network: restricted` needs")
+    Error::other("this container runtime cannot make networks, which `network: restricted` needs")
 }

@@ -184,7 +184,7 @@ impl<R: Runtime> Engine<R> {
             refused.push(subnet);
         }
         let Some(subnet) = made else {
-            return Err(Error::engine(format!(
+            return Err(Error::other(format!(
                 "no free /{SANDBOX_SUBNET_BITS} found in {}/{} for the sandbox's network",
                 SANDBOX_RANGE.0, SANDBOX_RANGE.1
             ))
