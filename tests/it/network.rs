@@ -314,6 +314,24 @@ fn sandboxes_cannot_reach_each_other_and_the_proxy_outlives_them_until_gc() {
     let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
     assert_eq!(code, 0, "{out}");
 
+    // The proxy stopped: the sandbox's way out is closed, not opened. Its next
+    // start (here `restart`; `reset` the same) brings the proxy back, joined
+    // to every restricted sandbox's network again.
+    block_on(docker().stop_container(&proxy, None)).unwrap();
+    // (A failure, however it comes: a refusal or a timeout.)
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 10 http://{server}/"));
+    assert_ne!(code, 0, "traffic passed with the proxy stopped: {out}");
+    let (code, out) = w.sh(&b, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{server}/80'"));
+    assert_ne!(code, 0, "with the proxy stopped, {server} was reached directly: {out}");
+    w.env.ok(&["restart", &b]);
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!(code, 0, "the proxy did not come back with the sandbox's start: {out}");
+    w.env.ok(&["reset", &b]);
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!(code, 0, "reset lost the sandbox's way out: {out}");
+    let (code, out) = w.sh(&b, "curl -sS -m 30 -w '\\n%{http_code}' http://allowed.egress.test/");
+    assert!(code == 0 && out.trim_end().ends_with("200"), "{out}");
+
     // Once no restricted sandbox is left, `gc --force` removes the proxy and its network.
     w.env.ok(&["down", &b]);
     assert_eq!(w.proxies(), vec![proxy.clone()], "down removed the proxy; gc does");
