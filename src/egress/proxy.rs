@@ -351,9 +351,14 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         reason: None,
     });
     let mut head = format!("{} {} {}\r\n", request.method, path, request.version);
+    // The Host is the allowed one: a server shared by many names (a CDN)
+    // routes by it, and must not be asked for another.
+    let shown_port = if port == 80 { String::new() } else { format!(":{port}") };
+    head.push_str(&format!("Host: {host}{shown_port}\r\n"));
     for h in &request.headers {
         let name = h.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
-        if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
+        let dropped = ["host", "proxy-connection", "proxy-authorization", "connection", "keep-alive"];
+        if !dropped.contains(&name.as_str()) {
             head.push_str(h);
             head.push_str("\r\n");
         }

@@ -200,6 +200,10 @@ fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreacha
     // An allowed name, over plain HTTP and HTTPS through CONNECT.
     let (code, out) = w.sh(&name, "curl -sS -m 30 http://allowed.egress.test/");
     assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over http"), "{out}");
+    // A plain request keeps the allowed Host, whatever it says (a shared
+    // server routes by it).
+    let (code, out) = w.sh(&name, "curl -sS -m 30 -H 'Host: denied.egress.test' http://allowed.egress.test/");
+    assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over http"), "{out}");
     let (code, out) = w.sh(&name, "curl -sSk -m 30 https://allowed.egress.test/");
     assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over https"), "{out}");
 
