@@ -404,3 +404,38 @@ fn a_failed_restricted_up_leaves_nothing_behind_and_bad_entries_are_refused() {
     assert_eq!(w.proxies(), Vec::<String>::new(), "gc left the proxy");
     w.env.assert_nothing_left();
 }
+
+#[test]
+fn parallel_restricted_ups_share_one_proxy_each_on_a_network_of_its_own() {
+    let w = World::new();
+    let ws = w.workspace.display().to_string();
+    let names: Vec<String> = (1..=3).map(|i| w.env.unique(&format!("net-p{i}"))).collect();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let args = ["up", n.as_str(), "--workspace", &ws, "-t", "net", "--network", "restricted"];
+            w.env.cmd(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a parallel up failed: {}", describe(&out));
+    }
+    let mut subnets: Vec<String> = names.iter().map(|n| str_of(&w.network(n).1["subnet"])).collect();
+    subnets.sort();
+    subnets.dedup();
+    assert_eq!(subnets.len(), 3, "two sandboxes share a subnet: {subnets:?}");
+    assert_eq!(w.proxies().len(), 1, "one proxy per FORAGE_HOME: {:?}", w.proxies());
+    // Each is in the proxy's map: its requests are its own (a denial names it).
+    for n in &names {
+        let (_, out) = w.sh(n, "curl -sS -m 30 http://denied.egress.test/");
+        assert!(out.contains(&format!("sandbox {n} may not reach denied.egress.test:80")), "{out}");
+    }
+    let mut args = vec!["down"];
+    args.extend(names.iter().map(String::as_str));
+    w.env.ok(&args);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new());
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+}
