@@ -258,6 +258,7 @@ let
       stop_signal = t.stopSignal or defaults.stopSignal;
       stop_timeout = t.stopTimeout or defaults.stopTimeout;
     }
+    // optionalAttrs ((t.networkAllow or [ ]) != [ ]) { network_allow = t.networkAllow; }
     // optionalAttrs (nonNull (imageRef t)) { image = imageRef t; }
     // optionalAttrs (nonNull build) {
       build = {
@@ -305,7 +306,8 @@ let
     ++ optional (!elem data.network [
       "full"
       "none"
-    ]) "${at}: network must be \"full\" or \"none\""
+      "restricted"
+    ]) "${at}: network must be \"full\", \"none\" or \"restricted\""
     ++ concatMap (
       var:
       optional (!isEnvName var) "${at}: agent.secrets: \"${var}\" is not an environment variable name"

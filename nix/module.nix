@@ -293,10 +293,22 @@ let
         type = types.enum [
           "full"
           "none"
+          "restricted"
         ];
         default = defaults.network;
-        example = "none";
-        description = "`full`: the engine's default bridge network; `none`: loopback only.";
+        example = "restricted";
+        description = "`full`: the engine's default bridge network; `none`: loopback only; `restricted`: only the hosts of `networkAllow` (and the user's allow file, and `up --allow`), through forage's egress proxy.";
+      };
+
+      networkAllow = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [
+          "api.anthropic.com"
+          "*.githubusercontent.com"
+          "models.internal:11434"
+        ];
+        description = "With `network = \"restricted\"`: the hosts the sandbox may reach (names, `*.domain` globs, IPv4 addresses; `:PORT` pins a port, else 80 and 443). Written as the template's `network_allow`.";
       };
 
       resources = {

@@ -4,6 +4,7 @@
 
 pub mod agent_state;
 pub mod cli;
+pub mod egress;
 pub mod env;
 pub mod error;
 pub mod host_paths;

@@ -40,6 +40,9 @@ pub enum Step {
     /// FORAGE_HOME/workspaces/<name>: the empty directory `login` made as its
     /// throwaway sandbox's workspace.
     LoginDir,
+    /// `network: restricted`: the sandbox's own network named `name` (the
+    /// egress proxy joined to it, the proxy's map naming it).
+    Network { name: String },
 }
 
 impl Step {
@@ -60,7 +63,7 @@ impl Step {
             Step::GitWorktree => Some(Part::GitWorktree),
             Step::PrivateRepo => Some(Part::PrivateRepo),
             Step::JjWorkspace => Some(Part::JjRepository),
-            Step::Secrets | Step::Container { .. } | Step::AgentState | Step::LoginDir => None,
+            Step::Secrets | Step::Container { .. } | Step::AgentState | Step::LoginDir | Step::Network { .. } => None,
         }
     }
 
@@ -75,6 +78,7 @@ impl Step {
             Step::Container { .. } => "container",
             Step::AgentState => "agent-state",
             Step::LoginDir => "login-dir",
+            Step::Network { .. } => "network",
         }
     }
 }
@@ -92,6 +96,10 @@ pub struct UpOptions {
     pub env: Vec<(String, String)>,
     #[serde(default)]
     pub network: Option<Network>,
+    /// `--allow HOST`: added to the template's `network_allow` and the user's
+    /// allow file (for `network: restricted`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<crate::egress::policy::Pattern>,
     #[serde(default)]
     pub memory: Option<Memory>,
     #[serde(default)]
@@ -219,6 +227,21 @@ pub struct Record {
     /// then (a reference): `reset` layers the agent on the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolchain: Option<crate::toolchain::Toolchain>,
+    /// `network: restricted`: the sandbox's network and its allowlist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressRecord>,
+}
+
+/// A restricted sandbox's own network (a subnet forage picked), the
+/// addresses of the proxy and the sandbox on it, and what it may reach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EgressRecord {
+    pub network: String,
+    pub subnet: String,
+    pub proxy_address: std::net::Ipv4Addr,
+    pub sandbox_address: std::net::Ipv4Addr,
+    /// The template's `network_allow`, the user's allow file and `--allow`, in that order.
+    pub allow: crate::egress::policy::Allowlist,
 }
 
 fn git_mode() -> Mode {

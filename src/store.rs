@@ -590,6 +590,7 @@ mod tests {
             options: Default::default(),
             journal: vec![],
             pins: vec![],
+            egress: None,
             stopped_at: None,
             toolchain: None,
         }

@@ -92,6 +92,17 @@ let
       nixImage = "forage-nix/nixpackages:0123456789abcdef0123456789abcdef";
       agent.program = "/nix/store/00000000000000000000000000000000-hello-2.12.1/bin/hello";
     };
+    # `network = "restricted"` with its allowlist, as `network_allow`.
+    restricted = {
+      image = "debian:12";
+      agent.command = [ "sh" ];
+      network = "restricted";
+      networkAllow = [
+        "api.anthropic.com"
+        "*.githubusercontent.com"
+        "models.internal:11434"
+      ];
+    };
 
     # A Nix package in an image of the template's choosing.
     packageInImage = {

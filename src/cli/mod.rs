@@ -7,6 +7,7 @@ mod attach;
 mod complete;
 mod completions;
 mod down;
+mod egress_proxy;
 mod exec;
 mod gc;
 mod help;
@@ -175,6 +176,13 @@ pub enum Command {
     /// Print the man page (roff), or write every page with --dir.
     #[command(after_help = "Example: forage-ctl man --dir ~/.cargo/share/man/man1")]
     Man(completions::ManArgs),
+    /// The egress proxy of `network: restricted`, as forage runs it in its own
+    /// container (not for running by hand).
+    #[command(
+        hide = true,
+        after_help = "Example: forage-ctl egress-proxy --listen 0.0.0.0:3128 --policy /forage-egress/policy --log /forage-egress/log"
+    )]
+    EgressProxy(egress_proxy::EgressProxyArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -275,5 +283,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Templates(args) => templates::run(&ctx, args),
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
+        Command::EgressProxy(args) => egress_proxy::run(args).await,
     }
 }

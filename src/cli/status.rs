@@ -35,6 +35,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     }
     history(ctx, &s, ws.mode());
     image_lines(ctx, r);
+    network_lines(ctx, &s);
     line("container", r.container.clone());
     line("created", format!("{} ago", age(r.created_at)));
     match &s.container {
@@ -98,5 +99,21 @@ fn image_lines(ctx: &Ctx, r: &crate::record::Record) {
     line("image", r.image.clone());
     if let Some(toolchain) = &r.toolchain {
         line("toolchain", toolchain.to_string());
+    }
+}
+
+/// The network: a restricted one's proxy and allowlist, else what `up` was given.
+fn network_lines(ctx: &Ctx, s: &SandboxStatus) {
+    let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
+    if let Some(n) = &s.network {
+        line("network", format!("restricted, through egress proxy {}", n.proxy));
+        if n.allow.is_empty() {
+            line("allow", "nothing (every request is denied and logged)".into());
+        }
+        for entry in &n.allow {
+            line("allow", entry.clone());
+        }
+    } else if let Some(network) = s.record.options.network {
+        line("network", network.as_str().to_owned());
     }
 }

@@ -71,9 +71,14 @@ pub struct UpArgs {
     /// exported to the agent where the template asks (repeatable).
     #[arg(long = "secret", value_name = "NAME=FILE|NAME=env:VAR")]
     pub secrets: Vec<String>,
-    /// Network access: full, or none.
-    #[arg(long, value_parser = ["full", "none"])]
+    /// Network access: full, none, or restricted (only the allowlist's hosts,
+    /// through forage's egress proxy).
+    #[arg(long, value_parser = ["full", "none", "restricted"])]
     pub network: Option<String>,
+    /// With `network: restricted`: also allow HOST (a name, `*.domain`, or an
+    /// IPv4 address; `:PORT` pins a port, else 80 and 443). Repeatable.
+    #[arg(long = "allow", value_name = "HOST[:PORT]")]
+    pub allow: Vec<String>,
     /// Memory limit, e.g. 2g.
     #[arg(long)]
     pub memory: Option<String>,
@@ -142,7 +147,8 @@ impl UpArgs {
             image: self.image,
             env: self.env,
             secrets: self.secrets,
-            network: self.network.map(|n| if n == "none" { Network::None } else { Network::Full }),
+            network: self.network.map(|n| n.parse::<Network>()).transpose().map_err(Error::usage)?,
+            allow: self.allow,
             memory: self.memory,
             cpus: self.cpus,
             read_only: self.read_only,

@@ -171,7 +171,23 @@ pub(crate) fn merge_identity(passwd: &str, group: &str, who: Identity) -> (Strin
     (passwd_out, group_out)
 }
 
-fn docker_mount(m: &Mount) -> DockerMount {
+/// A restricted sandbox's container on its own network, at the address forage picked.
+fn egress_endpoint(e: &super::EgressAttachment) -> bollard::models::NetworkingConfig {
+    bollard::models::NetworkingConfig {
+        endpoints_config: Some(HashMap::from([(
+            e.network.clone(),
+            bollard::models::EndpointSettings {
+                ipam_config: Some(bollard::models::EndpointIpamConfig {
+                    ipv4_address: Some(e.address.to_string()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )])),
+    }
+}
+
+pub(crate) fn docker_mount(m: &Mount) -> DockerMount {
     DockerMount {
         target: Some(m.target.clone()),
         source: Some(m.source.display().to_string()),
@@ -254,12 +270,18 @@ impl Runtime for Docker {
             memory: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),
             pids_limit: Some(spec.pids),
-            network_mode: Some(match spec.network {
-                Network::Full => "bridge".into(),
-                Network::None => "none".into(),
+            network_mode: Some(match (&spec.egress, spec.network) {
+                (Some(egress), _) => egress.network.clone(),
+                (None, Network::Full) => "bridge".into(),
+                // Never `bridge` for want of the sandbox's network.
+                (None, Network::None | Network::Restricted) => "none".into(),
             }),
+            // Names resolve only through the proxy: the engine's resolver
+            // forwards to the proxy's address, which answers NXDOMAIN to all.
+            dns: spec.egress.as_ref().map(|e| vec![e.proxy.to_string()]),
             ..Default::default()
         };
+        let networking_config = spec.egress.as_ref().map(egress_endpoint);
         let config = ContainerCreateBody {
             image: Some(spec.image.reference.clone()),
             cmd: Some(spec.command.clone()),
@@ -272,6 +294,7 @@ impl Runtime for Docker {
             stop_signal: Some(spec.stop_signal.clone()),
             stop_timeout: Some(spec.stop_timeout.into()),
             host_config: Some(host_config),
+            networking_config,
             ..Default::default()
         };
         let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
@@ -475,6 +498,42 @@ impl Runtime for Docker {
             }
         }
         Ok(super::Download::Archive(tar))
+    }
+
+    async fn used_subnets(&self) -> Result<Vec<crate::egress::subnet::Subnet>> {
+        self.docker_used_subnets().await
+    }
+
+    async fn create_network(&self, spec: &super::egress::NetworkSpec) -> Result<bool> {
+        self.docker_create_network(spec).await
+    }
+
+    async fn remove_network(&self, name: &str) -> Result<()> {
+        self.docker_remove_network(name).await
+    }
+
+    async fn networks(&self, labels: &[String]) -> Result<Vec<(String, HashMap<String, String>)>> {
+        self.docker_networks(labels).await
+    }
+
+    async fn connect_network(&self, network: &str, container: &str, address: std::net::Ipv4Addr) -> Result<()> {
+        self.docker_connect(network, container, address).await
+    }
+
+    async fn ensure_proxy(
+        &self,
+        spec: &super::egress::ProxySpec,
+        progress: &dyn Progress,
+    ) -> Result<super::egress::ProxyState> {
+        self.docker_ensure_proxy(spec, progress).await
+    }
+
+    async fn remove_proxy(&self, container: &str, outside: &str) -> Result<()> {
+        self.docker_remove_proxy(container, outside).await
+    }
+
+    async fn container_exists(&self, name: &str) -> Result<bool> {
+        self.docker_container_exists(name).await
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

@@ -5,6 +5,7 @@
 mod build_needs;
 pub mod docker;
 pub mod dockerfile;
+pub mod egress;
 pub mod image;
 pub mod seccomp;
 pub mod session;
@@ -34,13 +35,25 @@ impl Identity {
 
 pub use crate::inside::{AGENT_HOME, WORKSPACE as WORKSPACE_TARGET};
 
-/// A sandbox's network: the engine's bridge, or none (loopback only).
+/// A sandbox's network: the engine's bridge, none (loopback only), or an
+/// internal network whose only way out is forage's egress proxy (`egress`).
 #[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
     #[default]
     Full,
     None,
+    Restricted,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Full => "full",
+            Network::None => "none",
+            Network::Restricted => "restricted",
+        }
+    }
 }
 
 impl std::str::FromStr for Network {
@@ -50,7 +63,8 @@ impl std::str::FromStr for Network {
         match s {
             "full" => Ok(Network::Full),
             "none" => Ok(Network::None),
-            other => Err(format!("{other:?} is not a network: use full or none")),
+            "restricted" => Ok(Network::Restricted),
+            other => Err(format!("{other:?} is not a network: use full, none or restricted")),
         }
     }
 }
@@ -90,8 +104,19 @@ pub struct ContainerSpec {
     pub nano_cpus: i64,
     pub pids: i64,
     pub network: Network,
+    /// For `network: restricted`: the sandbox's own network, its address on
+    /// it and the proxy's (also its DNS server, which answers nothing).
+    pub egress: Option<EgressAttachment>,
     pub stop_signal: String,
     pub stop_timeout: u32,
+}
+
+/// Where a restricted sandbox's container is attached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EgressAttachment {
+    pub network: String,
+    pub address: std::net::Ipv4Addr,
+    pub proxy: std::net::Ipv4Addr,
 }
 
 /// An image in the engine, ready for `create`.
@@ -390,6 +415,54 @@ pub trait Runtime: Send + Sync + 'static {
         path: &str,
         limit: u64,
     ) -> impl Future<Output = Result<Download>> + Send;
+
+    // Networks, for `network: restricted` (`crate::egress`). The defaults are
+    // a runtime without them: it refuses to make one and has none to remove.
+
+    /// The subnets of every network the engine has.
+    fn used_subnets(&self) -> impl Future<Output = Result<Vec<crate::egress::subnet::Subnet>>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Makes the network; `false` when its subnet overlaps one made meanwhile
+    /// (the caller tries the next).
+    fn create_network(&self, _spec: &egress::NetworkSpec) -> impl Future<Output = Result<bool>> + Send {
+        async { Err(egress::unsupported()) }
+    }
+    /// Removes the network, disconnecting what is on it; succeeds if it is gone.
+    fn remove_network(&self, _name: &str) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+    /// The networks with all of `labels` (`key=value`), with their labels.
+    fn networks(
+        &self,
+        _labels: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, HashMap<String, String>)>>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Joins a running container to a network at `address` (if not on it yet).
+    fn connect_network(
+        &self,
+        _network: &str,
+        _container: &str,
+        _address: std::net::Ipv4Addr,
+    ) -> impl Future<Output = Result<()>> + Send {
+        async { Err(egress::unsupported()) }
+    }
+    /// Brings the egress proxy up: its outside network, image and container.
+    fn ensure_proxy(
+        &self,
+        _spec: &egress::ProxySpec,
+        _progress: &dyn Progress,
+    ) -> impl Future<Output = Result<egress::ProxyState>> + Send {
+        async { Err(egress::unsupported()) }
+    }
+    /// Removes the proxy's container, then its outside network.
+    fn remove_proxy(&self, _container: &str, _outside: &str) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+    fn container_exists(&self, _name: &str) -> impl Future<Output = Result<bool>> + Send {
+        async { Ok(false) }
+    }
 }
 
 /// What `Runtime::download` got.

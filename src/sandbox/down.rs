@@ -167,6 +167,16 @@ impl<R: Runtime> Engine<R> {
             self.forget_step(&mut left, step)?;
         }
         self.kill_point("removed-container");
+        // The sandbox's network goes with its container: nothing is on it any
+        // more but the proxy, which the map no longer sends anything to.
+        let (networks, parts): (Vec<&Step>, Vec<&Step>) =
+            parts.into_iter().partition(|s| matches!(s, Step::Network { .. }));
+        for step in networks {
+            if let Step::Network { name } = step {
+                self.remove_egress(record, name).await?;
+            }
+            self.forget_step(&mut left, step)?;
+        }
         // Also with --discard: what is thrown away is said first, and a stopped
         // sandbox's changes are known only to its jj.
         if holds_work && inside.is_none() {

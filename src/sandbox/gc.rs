@@ -39,6 +39,10 @@ pub enum Kind {
     StaleLock,
     /// A half-written record (its writer was killed).
     StaleTempFile,
+    /// A restricted sandbox's network that no record owns.
+    OrphanNetwork,
+    /// The egress proxy (and its network), with no restricted sandbox left.
+    UnusedProxy,
 }
 
 impl std::fmt::Display for Kind {
@@ -53,6 +57,8 @@ impl std::fmt::Display for Kind {
             Kind::UnreadableRecord => "unreadable-record",
             Kind::StaleLock => "stale-lock",
             Kind::StaleTempFile => "stale-temp-file",
+            Kind::OrphanNetwork => "orphan-network",
+            Kind::UnusedProxy => "unused-proxy",
         })
     }
 }
@@ -72,12 +78,17 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(kind: Kind, subject: impl Into<String>, why: impl Into<String>, action: impl Into<String>) -> Finding {
+    pub(crate) fn new(
+        kind: Kind,
+        subject: impl Into<String>,
+        why: impl Into<String>,
+        action: impl Into<String>,
+    ) -> Finding {
         Finding { kind, subject: subject.into(), why: why.into(), action: action.into(), error: None }
     }
 
     /// With `force`, does `action` and records how it went.
-    async fn act(mut self, force: bool, action: impl std::future::Future<Output = Result<()>>) -> Finding {
+    pub(crate) async fn act(mut self, force: bool, action: impl std::future::Future<Output = Result<()>>) -> Finding {
         if force {
             self.error = action.await.err().map(|e| e.to_string());
         }
@@ -111,6 +122,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.orphan_workspaces(&seen, force).await?);
         findings.extend(self.orphan_secrets(&seen, force).await?);
         findings.extend(self.orphan_agent_state(&seen, force).await?);
+        findings.extend(self.gc_egress(|n| seen.had_record(n), force).await?);
         findings.extend(self.stale_files(force).await?);
         Ok(findings)
     }
@@ -346,6 +358,7 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         options: Default::default(),
         journal,
         pins: Vec::new(),
+        egress: None,
         stopped_at: None,
         toolchain: None,
     }

@@ -9,6 +9,7 @@ mod agent_state;
 mod archives;
 mod checkout;
 mod down;
+mod egress;
 pub mod gc;
 pub mod journal;
 pub mod launcher;

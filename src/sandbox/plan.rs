@@ -33,6 +33,8 @@ pub struct ContainerPlan {
     /// The template's mounts and the secret files, sources resolved and checked.
     pub(crate) mounts: Vec<Mount>,
     pub(crate) network: Network,
+    /// `network: restricted`: what it may reach (empty for other networks).
+    pub(crate) allow: crate::egress::policy::Allowlist,
     pub(crate) read_only: bool,
     /// The project's toolchain the agent is layered on, when it is.
     pub(crate) toolchain: Option<Toolchain>,
@@ -79,6 +81,8 @@ impl ContainerPlan {
                 read_only: true,
             });
         }
+        let network = options.network.unwrap_or(t.network);
+        let allow = super::egress::allowlist(template, options, network, settings)?;
         let (image, toolchain, warnings) = image_source(template, options, settings, identity, toolchain)?;
         let project_env = toolchain.as_ref().map(|tc| tc.env.clone()).unwrap_or_default();
         let mut init = toolchain.as_ref().map(|tc| tc.init.clone()).unwrap_or_default();
@@ -93,7 +97,8 @@ impl ContainerPlan {
             nano_cpus: (cpus.min(host_cpus()) * 1e9) as i64,
             secret_env: secret_env(template, options)?,
             mounts,
-            network: options.network.unwrap_or(t.network),
+            network,
+            allow,
             read_only: options.read_only || t.workspace.read_only,
         })
     }
@@ -312,6 +317,7 @@ pub(crate) fn container_spec(
         nano_cpus: plan.nano_cpus,
         pids: t.resources.pids,
         network: plan.network,
+        egress: None,
         stop_signal: t.stop_signal.as_str().to_owned(),
         stop_timeout: t.stop_timeout,
     }

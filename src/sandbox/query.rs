@@ -195,6 +195,23 @@ pub struct SandboxStatus {
     pub row: SandboxRow,
     pub record: Record,
     pub container: Option<ContainerDetails>,
+    /// `network: restricted`: the policy and the proxy that enforces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStatus>,
+}
+
+/// What `status` shows of a restricted sandbox's network.
+#[derive(Debug, Clone, Serialize)]
+pub struct NetworkStatus {
+    pub mode: crate::runtime::Network,
+    /// What it may reach (the template's, the allow file's and `--allow`'s).
+    pub allow: Vec<String>,
+    /// The egress proxy's container and the network it reaches out through.
+    pub proxy: String,
+    pub outside_network: String,
+    /// The sandbox's own network, and its subnet.
+    pub sandbox_network: String,
+    pub subnet: String,
 }
 
 impl<R: Runtime> Engine<R> {
@@ -355,7 +372,16 @@ impl<R: Runtime> Engine<R> {
                 _ => None,
             };
         }
-        Ok(SandboxStatus { git, sync, sync_error, row, record, container })
+        let label = self.home.label();
+        let network = record.egress.as_ref().map(|e| NetworkStatus {
+            mode: crate::runtime::Network::Restricted,
+            allow: e.allow.0.iter().map(ToString::to_string).collect(),
+            proxy: super::egress::proxy_container(&label),
+            outside_network: super::egress::outside_network(&label),
+            sandbox_network: e.network.clone(),
+            subnet: e.subnet.clone(),
+        });
+        Ok(SandboxStatus { git, sync, sync_error, row, record, container, network })
     }
 
     /// What only sandbox `name` holds, which `down` would archive and `down

@@ -46,6 +46,8 @@ pub struct UpSpec {
     /// `NAME=FILE`, as given.
     pub secrets: Vec<String>,
     pub network: Option<Network>,
+    /// `--allow HOST[:PORT]`, as given.
+    pub allow: Vec<String>,
     pub memory: Option<String>,
     pub cpus: Option<f64>,
     pub read_only: bool,
@@ -184,6 +186,11 @@ impl<R: Runtime> Engine<R> {
             image: spec.image,
             env: spec.env,
             network: spec.network,
+            allow: spec
+                .allow
+                .iter()
+                .map(|a| a.parse().map_err(|why| Error::usage(format!("--allow: {why}"))))
+                .collect::<Result<_>>()?,
             memory,
             cpus: spec.cpus,
             read_only: spec.read_only,

@@ -25,17 +25,7 @@ impl<R: Runtime> Engine<R> {
     ) -> Result<Record> {
         let _lock = self.lock_sandbox(name).await?;
         let mut record = self.record(name)?;
-        if record.state != RecordState::Ready {
-            return Err(super::lifecycle::half_made(name));
-        }
-        if record.workspace.get().is_legacy() {
-            return Err(Error::conflict(format!(
-                "sandbox {name} was made by an older forage, whose {} sandboxes shared the repository with the agent",
-                record.workspace.mode()
-            ))
-            .hint_run("{command} keeps its work", ["down", name.as_str()])
-            .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
-        }
+        refuse_unresettable(name, &record)?;
         let mut template = resolve(&record.template)?;
         super::agent_state::waive_secrets_for_login(&self.home, &mut template, &record.options)?;
         let template = &template;
@@ -44,12 +34,14 @@ impl<R: Runtime> Engine<R> {
         // Everything refused before a possibly slow image build.
         let guard = guard(&self.home, &self.settings);
         let plan = self.plan_again(template, &record, &guard)?;
+        refuse_network_change(&record, &plan)?;
         record.workspace.check_host_paths(&guard)?;
         let image = self.runtime.ensure_image(&plan.image, self.progress.as_ref()).await?;
         let spec =
             container_spec(name, template, options, &plan, &record.workspace, image.clone(), &self.home, self.identity);
         self.check_program(&spec)?;
         let spec = with_workspace_mounts(spec, &record.workspace, plan.read_only, &guard);
+        let spec = super::egress::attach(spec, &record);
         self.copy_secrets_of_older_record(&mut record).await?;
         record.pins = self.repin(&record, &spec.mounts)?;
         self.refuse_overlap(name, &super::pins::HostPath::of_mounts(&spec.mounts))?;
@@ -150,4 +142,38 @@ impl<R: Runtime> Engine<R> {
         }
         self.copy_secrets(record).await
     }
+}
+
+/// A sandbox keeps the network (and allowlist) it was made with: `reset`
+/// refuses a template that now gives it `restricted`, or takes it away.
+fn refuse_network_change(record: &Record, plan: &super::plan::ContainerPlan) -> Result<()> {
+    let restricted = plan.network == crate::runtime::Network::Restricted;
+    if restricted == record.egress.is_some() {
+        return Ok(());
+    }
+    let name = record.name.as_str();
+    Err(Error::conflict(format!(
+        "template {} now gives sandbox {name} network {}, which `reset` cannot change",
+        record.template,
+        plan.network.as_str()
+    ))
+    .hint_run("{command} keeps its work", ["down", name])
+    .hint_run("and {command} makes it again with the new network", ["up", name]))
+}
+
+/// A sandbox `reset` cannot give a new container: one half made, or one an
+/// older forage made with the repository shared with the agent.
+fn refuse_unresettable(name: &SandboxName, record: &Record) -> Result<()> {
+    if record.state != RecordState::Ready {
+        return Err(super::lifecycle::half_made(name));
+    }
+    if record.workspace.get().is_legacy() {
+        return Err(Error::conflict(format!(
+            "sandbox {name} was made by an older forage, whose {} sandboxes shared the repository with the agent",
+            record.workspace.mode()
+        ))
+        .hint_run("{command} keeps its work", ["down", name.as_str()])
+        .hint_run("and {command} makes a new, isolated sandbox", ["up", name.as_str()]));
+    }
+    Ok(())
 }

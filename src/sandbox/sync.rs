@@ -130,6 +130,7 @@ impl<R: Runtime> Engine<R> {
             nano_cpus: 1_000_000_000,
             pids: 1024,
             network: Network::None,
+            egress: None,
             stop_signal: "SIGTERM".into(),
             stop_timeout: 10,
         };

@@ -153,6 +153,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         image: None,
         env: Vec::new(),
         secrets: Vec::new(),
+        allow: Vec::new(),
         network: None,
         memory: None,
         cpus: None,

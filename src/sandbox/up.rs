@@ -55,6 +55,7 @@ impl<R: Runtime> Engine<R> {
             pins: Vec::new(),
             stopped_at: None,
             toolchain: built_toolchain(&req.plan, &image),
+            egress: None,
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -64,8 +65,9 @@ impl<R: Runtime> Engine<R> {
             self.home.remove(&record.name)?;
             return Err(self.rolled_back(e));
         }
+        let restricted = (req.plan.network == crate::runtime::Network::Restricted).then(|| req.plan.allow.clone());
         let how = Making { read_only: req.plan.read_only, start: req.start, login_dir: req.login_dir };
-        let made = self.make(&mut record, spec, how, &t.agent.state).await;
+        let made = self.make(&mut record, spec, how, &t.agent.state, restricted).await;
         let result = match made {
             Ok(()) => Ok(record),
             Err(err) => Err(self.roll_back(&record, err).await),
@@ -89,7 +91,15 @@ impl<R: Runtime> Engine<R> {
     /// Undoes what a failed `up` made, and says how that went.
     async fn roll_back(&self, record: &Record, err: Error) -> Error {
         self.step("rolling back");
-        let rollback = self.teardown(record, Teardown { graceful: false, keep_branch: false, discard: false }).await;
+        let mut rollback =
+            self.teardown(record, Teardown { graceful: false, keep_branch: false, discard: false }).await;
+        // The first restricted sandbox brought the egress proxy up: it goes
+        // too, unless another one needs it meanwhile.
+        if rollback.is_ok() && record.journal.iter().any(|s| matches!(s, Step::Network { .. })) {
+            if let Err(e) = self.remove_proxy_if_unused().await {
+                rollback = Err(e);
+            }
+        }
         self.progress.finish();
         match rollback {
             Ok(_) => self.rolled_back(err),
@@ -101,13 +111,24 @@ impl<R: Runtime> Engine<R> {
 
     /// Makes the workspace's parts and the container, each journaled first,
     /// then starts the agent.
-    async fn make(&self, record: &mut Record, spec: ContainerSpec, how: Making, state: &[String]) -> Result<()> {
+    async fn make(
+        &self,
+        record: &mut Record,
+        spec: ContainerSpec,
+        how: Making,
+        state: &[String],
+        restricted: Option<crate::egress::policy::Allowlist>,
+    ) -> Result<()> {
         self.copy_secrets(record).await?;
         self.make_workspace(record).await?;
         if how.login_dir {
             self.make_login_dir(record)?;
         }
+        if let Some(allow) = restricted {
+            self.make_egress(record, allow).await?;
+        }
         let spec = with_workspace_mounts(spec, &record.workspace, how.read_only, &guard(&self.home, &self.settings));
+        let spec = super::egress::attach(spec, record);
         // Every host path the container mounts, pinned as it is now, and
         // checked once more against the other sandboxes', which now see these
         // pins: of two `up`s racing over one directory, at least one is refused.
@@ -228,6 +249,9 @@ impl<R: Runtime> Engine<R> {
             let pins = pins.unwrap_or_else(|| record.pins.clone());
             self.home.save(&Record { pins, stopped_at: None, ..record.clone() })?;
         }
+        // A restricted sandbox's way out, brought back if it went (a proxy
+        // removed by hand, or by `gc` while this sandbox was being made).
+        self.join_proxy(record).await?;
         let mut watch = self.runtime.watch(&record.container).await?;
         self.step(&format!("starting container {}", record.container));
         let started = std::time::Instant::now();

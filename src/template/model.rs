@@ -116,6 +116,9 @@ pub struct Template {
     pub agent: Agent,
     pub workspace: WorkspacePolicy,
     pub network: Network,
+    /// With `network: restricted`: the hosts the sandbox may reach (names,
+    /// `*.domain` globs, IPv4 addresses; `:PORT` pins a port, else 80 and 443).
+    pub network_allow: Vec<crate::egress::policy::Pattern>,
     pub resources: Resources,
     pub mounts: Vec<MountSpec>,
     /// Shell commands run in /workspace before the agent starts; one failing fails `up`.
@@ -270,6 +273,8 @@ pub struct RawTemplate {
     workspace: WorkspacePolicy,
     #[serde(default)]
     network: Network,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    network_allow: Vec<crate::egress::policy::Pattern>,
     #[serde(default)]
     resources: Resources,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -297,6 +302,7 @@ impl From<Template> for RawTemplate {
             agent: t.agent,
             workspace: t.workspace,
             network: t.network,
+            network_allow: t.network_allow,
             resources: t.resources,
             mounts: t.mounts,
             init: t.init,
@@ -346,6 +352,7 @@ impl TryFrom<RawTemplate> for Template {
             agent: t.agent,
             workspace: t.workspace,
             network: t.network,
+            network_allow: t.network_allow,
             resources: t.resources,
             mounts: t.mounts,
             init: t.init,

@@ -25,6 +25,7 @@ mod image;
 mod jj;
 mod jj_isolation;
 mod merge_conflicts;
+mod network;
 mod next_step;
 mod output;
 mod real_agent;

@@ -25,8 +25,9 @@ use futures_util::StreamExt;
 use crate::agent_state::StateLeft;
 use crate::support::*;
 
-/// The project's toolchain image: Debian bookworm made with debootstrap.
-mod fixture {
+/// The project's toolchain image: Debian bookworm made with debootstrap
+/// (also the egress tests' destination server).
+pub(crate) mod fixture {
     use std::io::Read;
     use std::path::Path;
     use std::process::{Command, Stdio};

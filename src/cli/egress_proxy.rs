@@ -1,0 +1,41 @@
+//! `forage-ctl egress-proxy` (hidden): the proxy `network: restricted`
+//! sandboxes reach out through, as forage runs it in its own container.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Args)]
+pub struct EgressProxyArgs {
+    /// The address to listen on.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// Where to answer every DNS query with NXDOMAIN (UDP).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dns: Option<SocketAddr>,
+    /// The directory of the map of sandboxes (read, and re-read when it changes).
+    #[arg(long, value_name = "DIR")]
+    pub policy: PathBuf,
+    /// The directory to log decisions in.
+    #[arg(long, value_name = "DIR")]
+    pub log: PathBuf,
+}
+
+pub async fn run(args: EgressProxyArgs) -> Result<i32> {
+    let config = crate::egress::proxy::Config { listen: args.listen, policy_dir: args.policy, log_dir: args.log };
+    let dns = async {
+        match args.dns {
+            Some(at) => crate::egress::dns::serve(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = crate::egress::proxy::serve(config) => r,
+        r = dns => r,
+    }
+    .map_err(|e| Error::other(format!("egress proxy: {e}")))?;
+    Ok(0)
+}

@@ -1,0 +1,59 @@
+//! The map from each restricted sandbox's network to its name and allowlist:
+//! written by forage (atomically, from the records) into
+//! FORAGE_HOME/egress/policy, which the proxy mounts read-only and re-reads
+//! when it changes.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::policy::Allowlist;
+
+/// The file in the policy directory.
+pub const FILE: &str = "map.json";
+/// The most the proxy reads of it (about 10,000 sandboxes of 100 entries).
+pub const MAX_BYTES: u64 = 32 << 20;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EgressMap {
+    pub sandboxes: Vec<Entry>,
+}
+
+/// One sandbox: connections that arrive on `proxy_ip` from `sandbox_ip` are its.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub name: String,
+    pub proxy_ip: Ipv4Addr,
+    pub sandbox_ip: Ipv4Addr,
+    pub allow: Allowlist,
+}
+
+impl EgressMap {
+    /// The sandbox a connection belongs to: it arrived on `local` from `peer`.
+    pub fn sandbox(&self, local: Ipv4Addr, peer: Ipv4Addr) -> Option<&Entry> {
+        self.sandboxes.iter().find(|e| e.proxy_ip == local && e.sandbox_ip == peer)
+    }
+
+    /// Writes the map into `dir` atomically (a temporary file renamed over it:
+    /// the proxy never reads half a map).
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".{FILE}.{}", std::process::id()));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, dir.join(FILE))
+    }
+
+    /// Reads the map in `dir` (empty when there is none).
+    pub fn read(dir: &Path) -> std::io::Result<EgressMap> {
+        use std::io::Read;
+        let file = match std::fs::File::open(dir.join(FILE)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(EgressMap::default()),
+            Err(e) => return Err(e),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_BYTES).read_to_end(&mut bytes)?;
+        serde_json::from_slice(&bytes).map_err(std::io::Error::other)
+    }
+}

@@ -1,0 +1,67 @@
+//! Picks a free subnet for a new network from a range forage owns, so the
+//! engine's default address pools (about 30 networks) are never used up by
+//! sandboxes. The engine refuses an overlapping subnet, so two `up`s that pick
+//! the same one at once are told apart by retrying the next free one.
+
+use std::net::Ipv4Addr;
+
+use super::policy::in_range;
+
+/// The network `base/bits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    pub base: Ipv4Addr,
+    pub bits: u8,
+}
+
+impl Subnet {
+    pub fn parse(cidr: &str) -> Option<Subnet> {
+        let (ip, bits) = cidr.split_once('/')?;
+        let bits: u8 = bits.parse().ok().filter(|b| *b <= 32)?;
+        Some(Subnet { base: ip.parse().ok()?, bits })
+    }
+
+    /// The `n`th address of the subnet (1: the gateway).
+    pub fn host(self, n: u32) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.base) + n)
+    }
+
+    fn size(self) -> u64 {
+        1u64 << (32 - u32::from(self.bits))
+    }
+
+    fn overlaps(self, other: Subnet) -> bool {
+        in_range(self.base, (other.base, other.bits)) || in_range(other.base, (self.base, self.bits))
+    }
+}
+
+impl std::fmt::Display for Subnet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.base, self.bits)
+    }
+}
+
+/// The free subnets of `bits` in `range`, lowest first, that overlap none of `used`.
+pub fn free(range: (Ipv4Addr, u8), bits: u8, used: &[Subnet]) -> impl Iterator<Item = Subnet> + '_ {
+    let range = Subnet { base: range.0, bits: range.1 };
+    let step = Subnet { base: range.base, bits }.size();
+    (0..range.size() / step)
+        .map(move |i| Subnet { base: Ipv4Addr::from(u32::from(range.base) + (i * step) as u32), bits })
+        .filter(move |s| !used.iter().any(|u| s.overlaps(*u)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_subnet_overlapping_nothing_is_picked() {
+        let range = (Ipv4Addr::new(10, 213, 0, 0), 16);
+        let used = [Subnet::parse("10.213.0.0/28").unwrap(), Subnet::parse("10.213.0.32/27").unwrap()];
+        let picked: Vec<String> = free(range, 28, &used).take(2).map(|s| s.to_string()).collect();
+        assert_eq!(picked, ["10.213.0.16/28", "10.213.0.64/28"]);
+        assert_eq!(free(range, 28, &[]).count(), 4096);
+        assert_eq!(free(range, 28, &[Subnet::parse("10.0.0.0/8").unwrap()]).count(), 0);
+        assert_eq!(Subnet::parse("10.213.0.16/28").unwrap().host(2), Ipv4Addr::new(10, 213, 0, 18));
+    }
+}

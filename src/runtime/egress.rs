@@ -1,0 +1,294 @@
+//! The engine's side of `network: restricted` (`crate::egress`): sandbox
+//! networks (internal, no address on the host's side of the bridge), the
+//! proxy's outside network, and the proxy's container.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use bollard::models::{
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig, NetworkConnectRequest,
+    NetworkCreateRequest, NetworkDisconnectRequest, RestartPolicy, RestartPolicyNameEnum,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions, ListNetworksOptions, RemoveContainerOptions,
+};
+
+use super::docker::Docker;
+use super::{ImageSource, Mount, Runtime as _};
+use crate::egress::subnet::Subnet;
+use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
+use crate::progress::Progress;
+
+/// A network forage makes.
+#[derive(Debug, Clone)]
+pub struct NetworkSpec {
+    pub name: String,
+    pub subnet: Subnet,
+    /// No route out, and (bridge option `inhibit_ipv4`) no address of the
+    /// host's on it: what is on it reaches only what else is on it.
+    pub internal: bool,
+    pub labels: HashMap<String, String>,
+}
+
+/// The egress proxy's container.
+#[derive(Debug, Clone)]
+pub struct ProxySpec {
+    pub container: String,
+    /// The network it reaches the outside through (made on demand).
+    pub outside: String,
+    pub outside_labels: HashMap<String, String>,
+    pub image: ImageSource,
+    pub labels: HashMap<String, String>,
+    pub mounts: Vec<Mount>,
+    pub command: Vec<String>,
+}
+
+/// What the engine did to bring the proxy up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyState {
+    /// It was running already, on the image it should be.
+    Running,
+    /// It was (re)made: joined to no sandbox network yet.
+    Made,
+}
+
+impl Docker {
+    pub(crate) async fn docker_used_subnets(&self) -> Result<Vec<Subnet>> {
+        let networks = self
+            .api()
+            .await?
+            .list_networks(None::<ListNetworksOptions>)
+            .await
+            .map_err(|e| Error::docker("listing networks", e))?;
+        Ok(networks
+            .iter()
+            .flat_map(|n| n.ipam.iter().flat_map(|i| i.config.iter().flatten()))
+            .filter_map(|c| c.subnet.as_deref().and_then(Subnet::parse))
+            .collect())
+    }
+
+    pub(crate) async fn docker_create_network(&self, spec: &NetworkSpec) -> Result<bool> {
+        let mut options = HashMap::new();
+        if spec.internal {
+            options.insert("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned());
+        }
+        let request = NetworkCreateRequest {
+            name: spec.name.clone(),
+            driver: Some("bridge".into()),
+            internal: Some(spec.internal),
+            ipam: Some(Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(spec.subnet.to_string()),
+                    gateway: Some(spec.subnet.host(1).to_string()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            options: Some(options),
+            labels: Some(spec.labels.clone()),
+            ..Default::default()
+        };
+        // Engines before API 1.44 make a second network of a name in use
+        // (`CheckDuplicate` is off, and bollard no longer sends it), and then
+        // every request by that name is ambiguous: refuse one in use first.
+        let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
+        let same_name = self
+            .api()
+            .await?
+            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
+            .await
+            .map_err(|e| Error::docker("listing networks", e))?;
+        if same_name.iter().any(|n| n.name.as_deref() == Some(spec.name.as_str())) {
+            return Err(taken(&spec.name));
+        }
+        match self.api().await?.create_network(request).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.to_string().contains("overlap") => Ok(false),
+            Err(e) if is_docker_conflict(&e) => Err(taken(&spec.name)),
+            Err(e) => Err(Error::docker(format!("creating network {} ({})", spec.name, spec.subnet), e)),
+        }
+    }
+
+    /// Names of the networks with all of `labels` (`key=value`).
+    pub(crate) async fn docker_networks(&self, labels: &[String]) -> Result<Vec<(String, HashMap<String, String>)>> {
+        let filters = HashMap::from([("label".to_owned(), labels.to_vec())]);
+        let networks = self
+            .api()
+            .await?
+            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
+            .await
+            .map_err(|e| Error::docker("listing networks", e))?;
+        Ok(networks.into_iter().filter_map(|n| Some((n.name?, n.labels.unwrap_or_default()))).collect())
+    }
+
+    /// Removes the network, first disconnecting whatever is still on it;
+    /// succeeds if it is already gone.
+    pub(crate) async fn docker_remove_network(&self, name: &str) -> Result<()> {
+        let api = self.api().await?;
+        let network = match api.inspect_network(name, None::<InspectNetworkOptions>).await {
+            Ok(n) => n,
+            Err(e) if is_docker_not_found(&e) => return Ok(()),
+            Err(e) => return Err(Error::docker(format!("inspecting network {name}"), e)),
+        };
+        for id in network.containers.unwrap_or_default().keys() {
+            let request = NetworkDisconnectRequest { container: id.clone(), force: Some(true) };
+            match api.disconnect_network(name, request).await {
+                Ok(()) => {}
+                Err(e) if is_docker_not_found(&e) => {}
+                Err(e) => return Err(Error::docker(format!("disconnecting {id} from network {name}"), e)),
+            }
+        }
+        match api.remove_network(name).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_docker_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::docker(format!("removing network {name}"), e)),
+        }
+    }
+
+    /// Joins `container` to `network` at `address`, unless it is on it already.
+    pub(crate) async fn docker_connect(&self, network: &str, container: &str, address: Ipv4Addr) -> Result<()> {
+        let api = self.api().await?;
+        let inspected = api
+            .inspect_network(network, None::<InspectNetworkOptions>)
+            .await
+            .map_err(|e| Error::docker(format!("inspecting network {network}"), e))?;
+        if inspected.containers.unwrap_or_default().values().any(|c| c.name.as_deref() == Some(container)) {
+            return Ok(());
+        }
+        let request = NetworkConnectRequest {
+            container: container.to_owned(),
+            endpoint_config: Some(EndpointSettings {
+                ipam_config: Some(EndpointIpamConfig { ipv4_address: Some(address.to_string()), ..Default::default() }),
+                ..Default::default()
+            }),
+        };
+        api.connect_network(network, request)
+            .await
+            .map_err(|e| Error::docker(format!("joining {container} to network {network} at {address}"), e))
+    }
+
+    async fn ensure_outside(&self, spec: &ProxySpec) -> Result<()> {
+        match self.api().await?.inspect_network(&spec.outside, None::<InspectNetworkOptions>).await {
+            Ok(_) => return Ok(()),
+            Err(e) if is_docker_not_found(&e) => {}
+            Err(e) => return Err(Error::docker(format!("inspecting network {}", spec.outside), e)),
+        }
+        use crate::egress::policy::OUTSIDE_RANGE;
+        // A subnet the engine refused is skipped from then on: one another
+        // `up` took meanwhile, or one a network being removed still holds
+        // (which the listing no longer shows).
+        let mut refused = Vec::new();
+        for _ in 0..32 {
+            let mut used = self.docker_used_subnets().await?;
+            used.extend_from_slice(&refused);
+            let bits = crate::egress::OUTSIDE_SUBNET_BITS;
+            let Some(subnet) = crate::egress::subnet::free(OUTSIDE_RANGE, bits, &used).next() else { break };
+            let labels = spec.outside_labels.clone();
+            let network = NetworkSpec { name: spec.outside.clone(), subnet, internal: false, labels };
+            if self.docker_create_network(&network).await? {
+                return Ok(());
+            }
+            tracing::debug!("the engine refused subnet {subnet} for {}", spec.outside);
+            refused.push(subnet);
+        }
+        Err(Error::other(format!(
+            "no free /{} found in {}/{} for the egress proxy's network {}; remove unused networks (`docker network prune`)",
+            crate::egress::OUTSIDE_SUBNET_BITS,
+            OUTSIDE_RANGE.0,
+            OUTSIDE_RANGE.1,
+            spec.outside
+        )))
+    }
+
+    pub(crate) async fn docker_ensure_proxy(&self, spec: &ProxySpec, progress: &dyn Progress) -> Result<ProxyState> {
+        self.ensure_outside(spec).await?;
+        let image = self.ensure_image(&spec.image, progress).await?;
+        let api = self.api().await?;
+        match api.inspect_container(&spec.container, None::<InspectContainerOptions>).await {
+            Ok(c) if c.config.as_ref().and_then(|c| c.image.as_deref()) == Some(image.reference.as_str()) => {
+                if c.state.and_then(|s| s.running) == Some(true) {
+                    return Ok(ProxyState::Running);
+                }
+                // Stopped (the engine restarted, or someone stopped it): a
+                // fresh one is joined to every network again below.
+            }
+            Ok(_) => {} // an older forage's proxy: replaced
+            Err(e) if is_docker_not_found(&e) => {}
+            Err(e) => return Err(Error::docker(format!("inspecting container {}", spec.container), e)),
+        }
+        self.docker_remove_proxy_container(&spec.container).await?;
+        let host_config = HostConfig {
+            network_mode: Some(spec.outside.clone()),
+            mounts: Some(spec.mounts.iter().map(super::docker::docker_mount).collect()),
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            readonly_rootfs: Some(true),
+            // Port 53 (its DNS answer) without a capability: the proxy runs
+            // as the user, with none.
+            sysctls: Some(HashMap::from([(
+                "net.ipv4.ip_unprivileged_port_start".to_owned(),
+                crate::egress::DNS_PORT.to_string(),
+            )])),
+            memory: Some(256 << 20),
+            pids_limit: Some(256),
+            restart_policy: Some(RestartPolicy {
+                name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+                maximum_retry_count: None,
+            }),
+            ..Default::default()
+        };
+        let identity = spec.image.identity();
+        let config = ContainerCreateBody {
+            image: Some(image.reference.clone()),
+            cmd: Some(spec.command.clone()),
+            labels: Some(spec.labels.clone()),
+            user: Some(format!("{}:{}", identity.uid, identity.gid)),
+            env: Some(vec!["RUST_LOG=info".into()]),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(spec.container.clone()), ..Default::default() };
+        api.create_container(Some(options), config)
+            .await
+            .map_err(|e| Error::docker(format!("creating the egress proxy {}", spec.container), e))?;
+        api.start_container(&spec.container, None)
+            .await
+            .map_err(|e| Error::docker(format!("starting the egress proxy {}", spec.container), e))?;
+        Ok(ProxyState::Made)
+    }
+
+    async fn docker_remove_proxy_container(&self, name: &str) -> Result<()> {
+        let options = RemoveContainerOptions { force: true, v: true, link: false };
+        match self.api().await?.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_docker_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::docker(format!("removing the egress proxy {name}"), e)),
+        }
+    }
+
+    pub(crate) async fn docker_remove_proxy(&self, container: &str, outside: &str) -> Result<()> {
+        self.docker_remove_proxy_container(container).await?;
+        self.docker_remove_network(outside).await
+    }
+
+    pub(crate) async fn docker_container_exists(&self, name: &str) -> Result<bool> {
+        match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_docker_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::docker(format!("inspecting container {name}"), e)),
+        }
+    }
+}
+
+/// A network of that name exists, and is not forage's to use.
+fn taken(name: &str) -> Error {
+    Error::conflict(format!(
+        "a network named {name} already exists; remove it (`docker network rm {name}`) or pick another sandbox name"
+    ))
+}
+
+/// What a runtime without networks says to `network: restricted`.
+pub fn unsupported() -> Error {
+    Error::other("this container runtime cannot make networks, which `network: restricted` needs")
+}

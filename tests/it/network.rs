@@ -1,0 +1,441 @@
+//! `network: restricted` on the real engine: a sandbox on an internal network
+//! of its own whose only way out is forage's egress proxy. Every destination is
+//! a container or a host socket the test starts itself; nothing needs the
+//! internet. The destination server (`Server`) sits on the proxy's outside
+//! network under the aliases `allowed.egress.test`, `other.egress.test` and `denied.egress.test`,
+//! which the engine's resolver answers for the proxy there; the attacks run
+//! from inside the sandbox through `forage-ctl exec`.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkDisconnectRequest,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions, RemoveContainerOptions,
+};
+use futures_util::StreamExt;
+
+use crate::real_agent::fixture;
+use crate::support::*;
+
+/// A shell in an image built from host tools, with what the attacks need.
+const TEMPLATE: &str = "description: egress tests
+host_image:
+  require: [sh, bash, curl, openssl, getent, timeout]
+  tools: [sh, bash, cat, curl, openssl, getent, timeout, sleep, grep, env]
+agent:
+  command: [sleep, infinity]
+network_allow: [allowed.egress.test]
+";
+
+/// One test's world: its Env, the `net` template, and the servers it started;
+/// on drop every container and network of this FORAGE_HOME goes, the proxy's
+/// included, whatever the test did.
+struct World {
+    env: Env,
+    servers: Vec<String>,
+    workspace: std::path::PathBuf,
+}
+
+impl World {
+    fn new() -> World {
+        let env = Env::new();
+        let templates = env.mkdir("config/forage/templates");
+        std::fs::write(templates.join("net.yaml"), TEMPLATE).unwrap();
+        let workspace = env.mkdir("ws");
+        World { env, servers: Vec::new(), workspace }
+    }
+
+    fn up(&self, name: &str, extra: &[&str]) {
+        let ws = self.workspace.display().to_string();
+        let mut args = vec!["up", name, "--workspace", &ws, "-t", "net", "--network", "restricted"];
+        args.extend_from_slice(extra);
+        self.env.ok(&args);
+    }
+
+    /// `status --json`'s `network` and the record's `egress`.
+    fn network(&self, name: &str) -> (serde_json::Value, serde_json::Value) {
+        let s = self.env.json(&["status", name, "--json"]);
+        (s["network"].clone(), s["record"]["egress"].clone())
+    }
+
+    /// Runs `script` in the sandbox: its exit code and output (stdout, then stderr).
+    fn sh(&self, name: &str, script: &str) -> (i32, String) {
+        let out = self.env.run(&["exec", name, "--", "bash", "-c", script]);
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code().unwrap_or(-1), text)
+    }
+
+    /// Starts the destination server on the proxy's outside network; its address there.
+    fn server(&mut self, outside: &str) -> Ipv4Addr {
+        fixture::bookworm();
+        let name = self.env.unique("forage-test-egress-server");
+        let script = self.env.path("egress_server.py");
+        std::fs::write(&script, include_str!("fixtures/egress_server.py")).unwrap();
+        let aliases = ["allowed.egress.test", "other.egress.test", "denied.egress.test"].map(String::from).to_vec();
+        let config = ContainerCreateBody {
+            image: Some(fixture::BOOKWORM.into()),
+            cmd: Some(["python3", "-u", "/server.py"].map(String::from).into()),
+            host_config: Some(HostConfig {
+                binds: Some(vec![format!("{}:/server.py:ro", script.display())]),
+                network_mode: Some(outside.to_owned()),
+                ..Default::default()
+            }),
+            networking_config: Some(bollard::models::NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    outside.to_owned(),
+                    EndpointSettings { aliases: Some(aliases), ..Default::default() },
+                )])),
+            }),
+            ..Default::default()
+        };
+        let api = docker();
+        let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+        block_on(api.create_container(Some(options), config)).unwrap();
+        self.servers.push(name.clone());
+        block_on(api.start_container(&name, None)).unwrap();
+        assert!(eventually(120, || logs(&name).contains("listening")), "the server did not start: {}", logs(&name));
+        let inspected = block_on(api.inspect_container(&name, None)).unwrap();
+        let ip = inspected.network_settings.unwrap().networks.unwrap()[outside].ip_address.clone().unwrap();
+        ip.parse().unwrap()
+    }
+
+    fn home_label(&self) -> String {
+        self.env.home.display().to_string()
+    }
+
+    /// Networks labelled as this FORAGE_HOME's (sandbox networks and the proxy's).
+    fn networks(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for label in [format!("forage.home={}", self.home_label()), format!("forage.egress.home={}", self.home_label())]
+        {
+            let filters = HashMap::from([("label".to_owned(), vec![label])]);
+            let found = block_on(docker().list_networks(Some(ListNetworksOptions { filters: Some(filters) }))).unwrap();
+            names.extend(found.into_iter().filter_map(|n| n.name));
+        }
+        names.sort();
+        names
+    }
+
+    /// The proxy's container, if this FORAGE_HOME has one.
+    fn proxies(&self) -> Vec<String> {
+        let filters = HashMap::from([("label".to_owned(), vec![format!("forage.egress.home={}", self.home_label())])]);
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let list = block_on(docker().list_containers(Some(options))).unwrap();
+        list.into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .map(|n| n.trim_start_matches('/').to_owned())
+            .collect()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let api = docker();
+        let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        let mut containers = self.servers.clone();
+        containers.extend(self.env.containers().iter().map(|n| n.trim_start_matches('/').to_owned()));
+        containers.extend(self.proxies());
+        for c in containers {
+            let _ = block_on(api.remove_container(&c, Some(remove.clone())));
+        }
+        for network in self.networks() {
+            let joined = block_on(api.inspect_network(&network, None)).ok().and_then(|n| n.containers);
+            for container in joined.unwrap_or_default().into_keys() {
+                let request = NetworkDisconnectRequest { container, force: Some(true) };
+                let _ = block_on(api.disconnect_network(&network, request));
+            }
+            let _ = block_on(api.remove_network(&network));
+        }
+    }
+}
+
+fn logs(container: &str) -> String {
+    let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+    let chunks: Vec<_> = block_on(docker().logs(container, Some(options)).collect());
+    chunks.into_iter().filter_map(Result::ok).map(|c| String::from_utf8_lossy(&c.into_bytes()).into_owned()).collect()
+}
+
+fn network_exists(name: &str) -> bool {
+    block_on(docker().inspect_network(name, None)).is_ok()
+}
+
+fn str_of(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v}")).to_owned()
+}
+
+/// The gateway (the host's address) of an engine network.
+fn gateway(network: &str) -> Ipv4Addr {
+    let n = block_on(docker().inspect_network(network, None)).unwrap();
+    n.ipam.unwrap().config.unwrap()[0].gateway.clone().unwrap().parse().unwrap()
+}
+
+#[test]
+fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreachable() {
+    let mut w = World::new();
+    // The user's allow file adds a host to every restricted sandbox.
+    std::fs::write(w.env.path("config/forage/allow"), "# mine\nother.egress.test:8443\n").unwrap();
+    let name = w.env.unique("net-a");
+    w.up(&name, &["--allow", "nothing.test"]);
+    let (network, egress) = w.network(&name);
+    assert_eq!(network["mode"], "restricted", "{network}");
+    let allow: Vec<String> = network["allow"].as_array().unwrap().iter().map(str_of).collect();
+    assert_eq!(
+        allow,
+        ["allowed.egress.test", "other.egress.test:8443", "nothing.test"],
+        "template, allow file, --allow"
+    );
+    let proxy = str_of(&egress["proxy_address"]);
+    let sandbox_net = str_of(&egress["network"]);
+    let outside = str_of(&network["outside_network"]);
+    let server = w.server(&outside);
+
+    // The agent is pointed at the proxy.
+    let (_, env_out) = w.sh(&name, "env");
+    assert!(env_out.contains(&format!("HTTPS_PROXY=http://{proxy}:3128")), "{env_out}");
+    assert!(env_out.contains("NO_PROXY=localhost,127.0.0.1"), "{env_out}");
+
+    // An allowed name, over plain HTTP and HTTPS through CONNECT.
+    let (code, out) = w.sh(&name, "curl -sS -m 30 http://allowed.egress.test/");
+    assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over http"), "{out}");
+    // A plain request keeps the allowed Host, whatever it says (a shared
+    // server routes by it).
+    let (code, out) = w.sh(&name, "curl -sS -m 30 -H 'Host: denied.egress.test' http://allowed.egress.test/");
+    assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over http"), "{out}");
+    let (code, out) = w.sh(&name, "curl -sSk -m 30 https://allowed.egress.test/");
+    assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over https"), "{out}");
+
+    // A name not allowed: 403, naming the host and how to allow it.
+    let (code, out) = w.sh(&name, "curl -sS -m 30 -w '\\n%{http_code}' http://denied.egress.test/");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.trim_end().ends_with("403"), "{out}");
+    assert!(out.contains("may not reach denied.egress.test:80") && out.contains("--allow denied.egress.test"), "{out}");
+    let (code, out) = w.sh(&name, "curl -sSk -m 30 https://denied.egress.test/");
+    assert_ne!(code, 0, "CONNECT to a denied name must fail: {out}");
+    assert!(out.contains("403"), "{out}");
+
+    // DNS from inside answers nothing, not even for the names the proxy resolves.
+    for host in ["allowed.egress.test", "denied.egress.test", "example.com"] {
+        let (code, out) = w.sh(&name, &format!("timeout 60 getent hosts {host}"));
+        assert_eq!(code, 2, "{host} resolved inside the sandbox: {out}");
+    }
+
+    // The server's address answers (from the host), but not from the sandbox
+    // directly, and the proxy refuses the literal address, not being allowed.
+    assert!(TcpStream::connect((server, 80)).is_ok(), "the server listens at {server}:80");
+    let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{server}/80'"));
+    assert_ne!(code, 0, "a direct connection to {server}:80 got through: {out}");
+    let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{server}/"));
+    assert!(out.trim_end().ends_with("403") && out.contains(&format!("--allow {server}")), "{out}");
+
+    // The host: a socket of the test's on all its addresses, reachable at the
+    // outside network's gateway from the host, neither at the sandbox
+    // network's gateway (which has no address) nor through the proxy.
+    let host_socket = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = host_socket.local_addr().unwrap().port();
+    let outside_gw = gateway(&outside);
+    assert!(TcpStream::connect((outside_gw, port)).is_ok(), "the host listens at {outside_gw}:{port}");
+    let sandbox_gw = gateway(&sandbox_net);
+    let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{sandbox_gw}/{port}'"));
+    assert_ne!(code, 0, "the host was reached at the sandbox network's gateway: {out}");
+    let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{outside_gw}:{port}/"));
+    assert!(out.trim_end().ends_with("403"), "the host was reached through the proxy: {out}");
+
+    // A tunnel whose TLS names another host than its CONNECT is cut; the same
+    // tunnel naming its host gets the server's certificate.
+    let s_client = |sni: &str| {
+        format!(
+            "openssl s_client -proxy {proxy}:3128 -connect allowed.egress.test:443 -servername {sni} </dev/null 2>&1; echo exit=$?"
+        )
+    };
+    let (_, out) = w.sh(&name, &s_client("allowed.egress.test"));
+    assert!(out.contains("BEGIN CERTIFICATE") && out.contains("exit=0"), "{out}");
+    let (_, out) = w.sh(&name, &s_client("evil.test"));
+    assert!(!out.contains("BEGIN CERTIFICATE") && !out.contains("exit=0"), "a mismatched SNI got through: {out}");
+
+    // The log: each destination with its decision and counts.
+    let log = w.env.json(&["logs", &name, "--network", "--json"]);
+    let find = |host: &str, port: u16, allowed: bool| {
+        log.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["host"] == host && d["port"] == port && d["allowed"] == allowed)
+            .cloned()
+    };
+    let denied =
+        find("denied.egress.test", 80, false).unwrap_or_else(|| panic!("denied.egress.test:80 not logged: {log}"));
+    assert!(denied["count"].as_u64().unwrap() >= 1 && denied["first"].as_u64().unwrap() > 0, "{denied}");
+    assert!(find("denied.egress.test", 443, false).is_some(), "{log}");
+    assert!(find("allowed.egress.test", 80, true).is_some(), "{log}");
+    let sni = find("allowed.egress.test", 443, false).unwrap_or_else(|| panic!("the SNI refusal is not logged: {log}"));
+    assert!(str_of(&sni["reason"]).contains("evil.test"), "{sni}");
+    let text = w.env.ok(&["logs", &name, "--network"]);
+    assert!(text.contains("denied   denied.egress.test:80"), "{text}");
+}
+
+#[test]
+fn sandboxes_cannot_reach_each_other_and_the_proxy_outlives_them_until_gc() {
+    let mut w = World::new();
+    let (a, b) = (w.env.unique("net-b1"), w.env.unique("net-b2"));
+    // A glob never reaches a private address; the template's exact entry does.
+    w.up(&a, &["--allow", "*.egress.test"]);
+    let (network, egress_a) = w.network(&a);
+    let outside = str_of(&network["outside_network"]);
+    let proxy = str_of(&network["proxy"]);
+    let server = w.server(&outside);
+    let (code, out) = w.sh(&a, "curl -sS -m 30 http://allowed.egress.test/");
+    assert_eq!((code, out.trim()), (0, "hello from allowed.egress.test over http"), "{out}");
+    let (_, out) = w.sh(&a, "curl -sS -m 30 -w '\\n%{http_code}' http://other.egress.test/");
+    assert!(out.trim_end().ends_with("403") && out.contains("private"), "a glob reached a private address: {out}");
+
+    // B may name the server's address, and even A's: only the first is reached.
+    let a_ip = str_of(&egress_a["sandbox_address"]);
+    let a_proxy = str_of(&egress_a["proxy_address"]);
+    w.up(&b, &["--allow", &format!("{server}:80"), "--allow", &a_ip, "--allow", &format!("{a_proxy}:3128")]);
+    let (_, egress_b) = w.network(&b);
+    assert_ne!(egress_a["subnet"], egress_b["subnet"], "each sandbox has a network of its own");
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!((code, out.trim().to_owned()), (0, format!("hello from {server} over http")), "{out}");
+    let (_, out) = w.sh(&b, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{a_ip}/"));
+    assert!(out.trim_end().ends_with("403") && out.contains("sandbox networks"), "B reached A: {out}");
+    // The proxy listens on A's network: A reaches it there, B does not.
+    let probe = format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{a_proxy}/3128' && echo reached");
+    let (_, out) = w.sh(&a, &probe);
+    assert!(out.contains("reached"), "A cannot reach its own proxy: {out}");
+    let (code, out) = w.sh(&b, &probe);
+    assert!(code != 0 && !out.contains("reached"), "B reached A's network: {out}");
+    let (code, out) = w.sh(&b, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{a_ip}/22'"));
+    assert_ne!(code, 0, "{out}");
+
+    // `down A` removes A's network; the proxy stays for B, which still works.
+    let a_net = str_of(&egress_a["network"]);
+    assert!(network_exists(&a_net));
+    w.env.ok(&["down", &a]);
+    assert!(!network_exists(&a_net), "down left network {a_net}");
+    assert_eq!(w.proxies(), vec![proxy.clone()], "the proxy went with another sandbox's down");
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!(code, 0, "{out}");
+
+    // The proxy stopped: the sandbox's way out is closed, not opened. Its next
+    // start (here `restart`; `reset` the same) brings the proxy back, joined
+    // to every restricted sandbox's network again.
+    block_on(docker().stop_container(&proxy, None)).unwrap();
+    // (A failure, however it comes: a refusal or a timeout.)
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 10 http://{server}/"));
+    assert_ne!(code, 0, "traffic passed with the proxy stopped: {out}");
+    let (code, out) = w.sh(&b, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{server}/80'"));
+    assert_ne!(code, 0, "with the proxy stopped, {server} was reached directly: {out}");
+    w.env.ok(&["restart", &b]);
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!(code, 0, "the proxy did not come back with the sandbox's start: {out}");
+    w.env.ok(&["reset", &b]);
+    let (code, out) = w.sh(&b, &format!("curl -sS -m 30 http://{server}/"));
+    assert_eq!(code, 0, "reset lost the sandbox's way out: {out}");
+    let (code, out) = w.sh(&b, "curl -sS -m 30 -w '\\n%{http_code}' http://allowed.egress.test/");
+    assert!(code == 0 && out.trim_end().ends_with("200"), "{out}");
+
+    // Once no restricted sandbox is left, `gc --force` removes the proxy and its network.
+    w.env.ok(&["down", &b]);
+    assert_eq!(w.proxies(), vec![proxy.clone()], "down removed the proxy; gc does");
+    let found = w.env.json(&["gc", "--json"]);
+    assert!(found.to_string().contains("unused-proxy"), "{found}");
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    assert!(!network_exists(&outside), "gc left the proxy's network {outside}");
+    w.env.assert_nothing_left();
+}
+
+#[test]
+fn a_failed_restricted_up_leaves_nothing_behind_and_bad_entries_are_refused() {
+    let w = World::new();
+    let ws = w.workspace.display().to_string();
+    let name = w.env.unique("net-c");
+    // Bad input: one clear error, exit 2, before anything is made.
+    let err = w
+        .env
+        .fails(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted", "--allow", "not a host"], 2);
+    assert!(err.contains("\"not a host\" is not an allowlist entry"), "{err}");
+    let err = w.env.fails(&["up", &name, "--workspace", &ws, "-t", "net", "--allow", "a.test"], 2);
+    assert!(
+        err.contains("--allow a.test is for `network: restricted`") && err.contains("--network restricted"),
+        "{err}"
+    );
+    let allow_file = w.env.path("config/forage/allow");
+    std::fs::write(&allow_file, "ok.test\nhttp://bad.test/\n").unwrap();
+    let err = w.env.fails(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted"], 2);
+    assert!(err.contains("line 2") && err.contains(&allow_file.display().to_string()), "{err}");
+    std::fs::remove_file(&allow_file).unwrap();
+    assert_eq!(w.networks(), Vec::<String>::new());
+
+    // A network of the sandbox's network's name that is not forage's: exit 4,
+    // and it is left as it was (labelled so that the World removes it anyway).
+    let squatter = format!("forage-{name}-net");
+    let labels = HashMap::from([("forage.home".to_owned(), w.home_label())]);
+    let request = NetworkCreateRequest { name: squatter.clone(), labels: Some(labels), ..Default::default() };
+    block_on(docker().create_network(request)).unwrap();
+    let err = w.env.fails(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted"], 4);
+    assert!(err.contains(&format!("a network named {squatter} already exists")), "{err}");
+    assert!(network_exists(&squatter), "forage removed a network it did not make");
+    block_on(docker().remove_network(&squatter)).unwrap();
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+
+    // An agent that dies as it starts: `up` fails after the network and the
+    // proxy were made, and rolls both back.
+    let templates = w.env.path("config/forage/templates");
+    std::fs::write(templates.join("net-dies.yaml"), TEMPLATE.replace("[sleep, infinity]", "[sh, -c, 'exit 3']"))
+        .unwrap();
+    let out = w.env.run(&["up", &name, "--workspace", &ws, "-t", "net-dies", "--network", "restricted"]);
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exited with code 3"), "{}", describe(&out));
+    assert_eq!(w.networks(), Vec::<String>::new(), "networks left behind");
+    assert_eq!(w.proxies(), Vec::<String>::new(), "the proxy was left behind");
+    w.env.assert_nothing_left();
+
+    // Killed just after the network step: the network and the proxy are left,
+    // and `gc --force` removes them with the broken sandbox.
+    w.env.killed_after(&["up", &name, "--workspace", &ws, "-t", "net", "--network", "restricted"], "network");
+    assert_eq!(w.networks().len(), 2, "the sandbox's and the proxy's networks: {:?}", w.networks());
+    assert_eq!(w.proxies().len(), 1);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new(), "gc left networks");
+    assert_eq!(w.proxies(), Vec::<String>::new(), "gc left the proxy");
+    w.env.assert_nothing_left();
+}
+
+#[test]
+fn parallel_restricted_ups_share_one_proxy_each_on_a_network_of_its_own() {
+    let w = World::new();
+    let ws = w.workspace.display().to_string();
+    let names: Vec<String> = (1..=3).map(|i| w.env.unique(&format!("net-p{i}"))).collect();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let args = ["up", n.as_str(), "--workspace", &ws, "-t", "net", "--network", "restricted"];
+            w.env.cmd(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a parallel up failed: {}", describe(&out));
+    }
+    let mut subnets: Vec<String> = names.iter().map(|n| str_of(&w.network(n).1["subnet"])).collect();
+    subnets.sort();
+    subnets.dedup();
+    assert_eq!(subnets.len(), 3, "two sandboxes share a subnet: {subnets:?}");
+    assert_eq!(w.proxies().len(), 1, "one proxy per FORAGE_HOME: {:?}", w.proxies());
+    // Each is in the proxy's map: its requests are its own (a denial names it).
+    for n in &names {
+        let (_, out) = w.sh(n, "curl -sS -m 30 http://denied.egress.test/");
+        assert!(out.contains(&format!("sandbox {n} may not reach denied.egress.test:80")), "{out}");
+    }
+    let mut args = vec!["down"];
+    args.extend(names.iter().map(String::as_str));
+    w.env.ok(&args);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new());
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+}
