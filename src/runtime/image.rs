@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
+use bollard::query_parameters::{BuildImageOptions, CreateImageOptions, RemoveImageOptions, TagImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
@@ -136,12 +136,47 @@ pub async fn ensure_host_image(
         changes: vec!["ENV PATH=/usr/local/bin:/usr/bin:/bin".into(), label, "CMD [\"sh\"]".into()],
         ..Default::default()
     };
-    api.create_image(Some(options), Some(bollard::body_full(rootfs.into())), None)
-        .try_for_each(|_| async { Ok(()) })
+    let events: Vec<_> = api
+        .create_image(Some(options), Some(bollard::body_full(rootfs.into())), None)
+        .try_collect()
         .await
         .map_err(|e| Error::docker(format!("importing image {reference}"), e))?;
+    tag_if_untagged(api, &reference, &repo, &key, &events).await?;
     progress.finish();
     Ok((reference, names))
+}
+
+/// Podman (4.3's Docker-compatible API) imports `fromSrc` as `repo:latest`,
+/// ignoring `tag`; Docker honours it. So when `reference` is missing after an
+/// import, the image the import reported (its last `sha256:` id) is tagged as
+/// `reference` here, and the stray `:latest` name is dropped again so that
+/// forage leaves no name it did not mean to make.
+async fn tag_if_untagged(
+    api: &bollard::Docker,
+    reference: &str,
+    repo: &str,
+    tag: &str,
+    events: &[bollard::models::CreateImageInfo],
+) -> Result<()> {
+    match api.inspect_image(reference).await {
+        Ok(_) => return Ok(()),
+        Err(e) if is_docker_not_found(&e) => {}
+        Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
+    }
+    let id = events
+        .iter()
+        .rev()
+        .flat_map(|e| [e.id.as_deref(), e.status.as_deref()])
+        .flatten()
+        .find(|s| s.starts_with("sha256:"))
+        .ok_or_else(|| Error::other(format!("the engine imported image {reference} but named no image id")))?;
+    let options = TagImageOptions { repo: Some(repo.to_owned()), tag: Some(tag.to_owned()) };
+    api.tag_image(id, Some(options)).await.map_err(|e| Error::docker(format!("tagging image {reference}"), e))?;
+    let latest = format!("{repo}:latest");
+    if api.inspect_image(&latest).await.is_ok_and(|i| i.id.as_deref() == Some(id)) {
+        let _ = api.remove_image(&latest, None::<RemoveImageOptions>, None).await;
+    }
+    Ok(())
 }
 
 /// One Dockerfile build: what is built, from what, on what.

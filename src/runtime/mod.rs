@@ -5,6 +5,7 @@
 mod build_needs;
 pub mod docker;
 pub mod dockerfile;
+pub mod engine_choice;
 pub mod image;
 pub mod seccomp;
 pub mod session;
