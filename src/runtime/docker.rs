@@ -84,7 +84,23 @@ impl Docker {
                 }
                 // The first candidate's error is the one to fix (DOCKER_HOST's,
                 // the chosen engine's, or Docker's before Podman's).
-                Err(first_error.unwrap_or_else(|| Error::engine("no engine to try")))
+                let error = first_error.unwrap_or_else(|| Error::engine("no engine to try"));
+                // Docker was tried first and Podman after it: say how to use Podman too.
+                let docker_first = self.hosts.first().is_some_and(|h| h == DEFAULT_HOST);
+                match self
+                    .hosts
+                    .iter()
+                    .skip(1)
+                    .find_map(|h| super::engine_choice::socket_path(h))
+                    .filter(|_| docker_first)
+                {
+                    Some(podman) => Err(error.hint(format!(
+                        "or use Podman: {} (forage tries {} when no Docker engine answers)",
+                        super::unreachable::podman_start(podman),
+                        podman.display()
+                    ))),
+                    None => Err(error),
+                }
             })
             .await
     }
