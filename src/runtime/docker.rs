@@ -268,6 +268,33 @@ impl Docker {
     }
 }
 
+impl Docker {
+    /// Rootless Podman on a cgroups v1 host (or without cgroup delegation)
+    /// creates the container but drops its memory, CPU and process limits,
+    /// saying so only in its own log. The agent then runs unbounded; forage
+    /// says so on every `up` rather than let the user believe otherwise.
+    async fn warn_if_limits_dropped(&self, spec: &ContainerSpec) {
+        let Ok(api) = self.api().await else { return };
+        let Ok(c) = api.inspect_container(&spec.name, None::<InspectContainerOptions>).await else { return };
+        let hc = c.host_config.unwrap_or_default();
+        let dropped: Vec<&str> = [
+            ("memory", hc.memory.unwrap_or(0) == 0 && spec.memory_bytes > 0),
+            ("CPU", hc.nano_cpus.unwrap_or(0) == 0 && spec.nano_cpus > 0),
+            ("process", hc.pids_limit.unwrap_or(0) <= 0 && spec.pids > 0),
+        ]
+        .into_iter()
+        .filter_map(|(what, lost)| lost.then_some(what))
+        .collect();
+        if !dropped.is_empty() {
+            tracing::warn!(
+                "the Podman engine did not apply the sandbox's {} limits (rootless Podman needs cgroups v2 with the \
+                 memory, cpu and pids controllers delegated to your user); the agent runs without them",
+                dropped.join(", ")
+            );
+        }
+    }
+}
+
 impl Runtime for Docker {
     async fn ping(&self) -> Result<()> {
         self.api().await.map(|_| ())
@@ -364,6 +391,9 @@ impl Runtime for Docker {
                 )))
             }
             Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
+        }
+        if info.podman {
+            self.warn_if_limits_dropped(spec).await;
         }
         if spec.image.has_identity {
             return Ok(());
