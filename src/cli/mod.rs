@@ -77,8 +77,7 @@ pub struct Cli {
     /// Machine-readable output: the command's result as JSON on stdout.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
-    /// The engine: docker or podman (default: Docker's socket, else Podman's;
-    /// DOCKER_HOST, when set, names the socket outright). Also FORAGE_ENGINE.
+    /// Engine if DOCKER_HOST is unset (default: Docker, else Podman); or FORAGE_ENGINE.
     #[arg(long, global = true, value_enum, help_heading = GLOBAL)]
     pub engine: Option<EngineChoice>,
     #[command(subcommand)]
