@@ -322,6 +322,12 @@ fn files_the_agent_writes_belong_to_the_invoking_user_on_this_engine() {
     };
     assert!(log.contains(expected), "expected {expected:?} in: {log}");
     assert_eq!(test_engine() == TestEngine::PodmanRootless, log.contains("(rootless)"), "{log}");
+    let engine = &env.json(&["status", &name, "--json"])["engine"];
+    let (kind, rootless) = match test_engine() {
+        TestEngine::Docker => ("docker", false),
+        TestEngine::PodmanRootless => ("podman", true),
+    };
+    assert_eq!((engine["kind"].as_str(), engine["rootless"].as_bool()), (Some(kind), Some(rootless)), "{engine}");
 
     env.ok(&[
         "exec",
