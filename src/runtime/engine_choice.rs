@@ -69,6 +69,9 @@ pub struct EngineInfo {
     pub rootless: bool,
     /// The engine's own version (e.g. `28.2.2`, `4.3.1`).
     pub version: String,
+    /// Who owns the socket: for rootless Podman, the user whose uid the
+    /// container's uids map to.
+    pub socket_owner: Option<u32>,
 }
 
 impl EngineInfo {
@@ -78,9 +81,32 @@ impl EngineInfo {
     /// makes its socket as, the user it belongs to.
     pub fn new(host: &str, version: &bollard::models::SystemVersion) -> EngineInfo {
         let podman = version.components.iter().flatten().any(|c| c.name.to_ascii_lowercase().contains("podman"));
-        let rootless =
-            podman && socket_path(host).and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| m.uid() != 0);
-        EngineInfo { host: host.to_owned(), podman, rootless, version: version.version.clone().unwrap_or_default() }
+        let socket_owner = socket_path(host).and_then(|p| std::fs::metadata(p).ok()).map(|m| m.uid());
+        let rootless = podman && socket_owner.is_some_and(|uid| uid != 0);
+        EngineInfo {
+            host: host.to_owned(),
+            podman,
+            rootless,
+            version: version.version.clone().unwrap_or_default(),
+            socket_owner,
+        }
+    }
+
+    /// Refuses a rootless Podman that belongs to another user than the agent's
+    /// identity: keep-id maps the *service owner's* uid, so the agent's files
+    /// would belong to neither the user nor the agent.
+    pub fn check_identity(&self, uid: u32) -> Result<()> {
+        match self.socket_owner {
+            Some(owner) if self.rootless && owner != uid => Err(Error::engine(format!(
+                "the rootless Podman service at {} belongs to uid {owner}, but forage-ctl runs as uid {uid}: the \
+                 agent's files would belong to neither",
+                self.host
+            ))
+            .hint(
+                "run forage-ctl as that user, or use your own Podman service (`systemctl --user start podman.socket`)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// `Docker 28.2.2 at unix:///var/run/docker.sock`, `Podman 4.3.1 (rootless) at …`.
@@ -139,6 +165,22 @@ mod tests {
         );
         assert_eq!(candidates(&s, None), [DEFAULT_HOST, "unix:///run/user/7/podman/podman.sock", PODMAN_ROOTFUL]);
         assert_eq!(candidates(&settings(None, None), None), [DEFAULT_HOST, PODMAN_ROOTFUL]);
+    }
+
+    #[test]
+    fn a_rootless_podman_of_another_user_is_refused() {
+        let info = |rootless, owner| EngineInfo {
+            host: "unix:///run/user/7/podman/podman.sock".into(),
+            podman: true,
+            rootless,
+            version: "4.3.1".into(),
+            socket_owner: Some(owner),
+        };
+        let e = info(true, 7).check_identity(0).unwrap_err();
+        assert!(e.to_string().contains("belongs to uid 7, but forage-ctl runs as uid 0"), "{e}");
+        assert_eq!(e.exit_code(), 5);
+        assert!(info(true, 7).check_identity(7).is_ok());
+        assert!(info(false, 0).check_identity(1000).is_ok(), "rootful Podman maps no uid");
     }
 
     #[test]
