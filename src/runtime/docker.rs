@@ -306,9 +306,16 @@ impl Runtime for Docker {
             ImageSource::Reference { reference, .. } => reference.clone(),
             ImageSource::Host { template, spec, tool_dirs, identity } => {
                 // Built for the invoking user: it carries their identity.
-                let (reference, tools) =
-                    super::image::ensure_host_image(&self.api().await?, template, spec, tool_dirs, *identity, progress)
-                        .await?;
+                let (reference, tools) = super::image::ensure_host_image(
+                    &self.api().await?,
+                    template,
+                    spec,
+                    tool_dirs,
+                    *identity,
+                    self.info().await?.podman,
+                    progress,
+                )
+                .await?;
                 return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools), base: None });
             }
             ImageSource::Build { template, context, base, .. } => {

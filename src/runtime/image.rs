@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bollard::query_parameters::{BuildImageOptions, CreateImageOptions, RemoveImageOptions, TagImageOptions};
+use bollard::query_parameters::{BuildImageOptions, CreateImageOptions, ImportImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
@@ -109,6 +109,7 @@ pub async fn ensure_host_image(
     spec: &HostImage,
     tool_dirs: &[PathBuf],
     who: Identity,
+    podman: bool,
     progress: &dyn Progress,
 ) -> Result<(String, Vec<String>)> {
     let tools = resolve_tools(spec, tool_dirs)?;
@@ -128,6 +129,24 @@ pub async fn ensure_host_image(
         "importing image {reference} ({:.1} MiB) into the Docker engine",
         rootfs.len() as f64 / (1 << 20) as f64
     ));
+    if podman {
+        // Podman's import cannot set the config (image_archive.rs says why).
+        let config = super::image_archive::ImageConfig {
+            env: &["PATH=/usr/local/bin:/usr/bin:/bin".into()],
+            cmd: &["sh".into()],
+            labels: &[
+                (LABEL_IMAGE_KEY.into(), key.clone()),
+                (LABEL_IMAGE_IDENTITY.into(), format!("{}:{}", who.uid, who.gid)),
+            ],
+        };
+        let archive = super::image_archive::archive(&reference, &rootfs, &config)?;
+        api.import_image(ImportImageOptions::default(), bollard::body_full(archive.into()), None)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .map_err(|e| Error::docker(format!("loading image {reference}"), e))?;
+        progress.finish();
+        return Ok((reference, names));
+    }
     let label = format!("LABEL {LABEL_IMAGE_KEY}={key} {LABEL_IMAGE_IDENTITY}={}:{}", who.uid, who.gid);
     let options = CreateImageOptions {
         from_src: Some("-".into()),
@@ -136,47 +155,12 @@ pub async fn ensure_host_image(
         changes: vec!["ENV PATH=/usr/local/bin:/usr/bin:/bin".into(), label, "CMD [\"sh\"]".into()],
         ..Default::default()
     };
-    let events: Vec<_> = api
-        .create_image(Some(options), Some(bollard::body_full(rootfs.into())), None)
-        .try_collect()
+    api.create_image(Some(options), Some(bollard::body_full(rootfs.into())), None)
+        .try_for_each(|_| async { Ok(()) })
         .await
         .map_err(|e| Error::docker(format!("importing image {reference}"), e))?;
-    tag_if_untagged(api, &reference, &repo, &key, &events).await?;
     progress.finish();
     Ok((reference, names))
-}
-
-/// Podman (4.3's Docker-compatible API) imports `fromSrc` as `repo:latest`,
-/// ignoring `tag`; Docker honours it. So when `reference` is missing after an
-/// import, the image the import reported (its last `sha256:` id) is tagged as
-/// `reference` here, and the stray `:latest` name is dropped again so that
-/// forage leaves no name it did not mean to make.
-async fn tag_if_untagged(
-    api: &bollard::Docker,
-    reference: &str,
-    repo: &str,
-    tag: &str,
-    events: &[bollard::models::CreateImageInfo],
-) -> Result<()> {
-    match api.inspect_image(reference).await {
-        Ok(_) => return Ok(()),
-        Err(e) if is_docker_not_found(&e) => {}
-        Err(e) => return Err(Error::docker(format!("inspecting image {reference}"), e)),
-    }
-    let id = events
-        .iter()
-        .rev()
-        .flat_map(|e| [e.id.as_deref(), e.status.as_deref()])
-        .flatten()
-        .find(|s| s.starts_with("sha256:"))
-        .ok_or_else(|| Error::other(format!("the engine imported image {reference} but named no image id")))?;
-    let options = TagImageOptions { repo: Some(repo.to_owned()), tag: Some(tag.to_owned()) };
-    api.tag_image(id, Some(options)).await.map_err(|e| Error::docker(format!("tagging image {reference}"), e))?;
-    let latest = format!("{repo}:latest");
-    if api.inspect_image(&latest).await.is_ok_and(|i| i.id.as_deref() == Some(id)) {
-        let _ = api.remove_image(&latest, None::<RemoveImageOptions>, None).await;
-    }
-    Ok(())
 }
 
 /// One Dockerfile build: what is built, from what, on what.

@@ -7,6 +7,7 @@ pub mod docker;
 pub mod dockerfile;
 pub mod engine_choice;
 pub mod image;
+mod image_archive;
 pub mod seccomp;
 pub mod session;
 pub mod unreachable;
