@@ -11,6 +11,7 @@
 //! | `XDG_CONFIG_HOME` | the user's templates, in `$XDG_CONFIG_HOME/forage/templates` |
 //! | `HOME` | `~` in template mounts and `--secret` files; the user's home, which a workspace may not expose without `--allow-home` |
 //! | `DOCKER_HOST`, `CONTAINER_HOST`, `XDG_RUNTIME_DIR` | the engine to use, and the sockets no sandbox may see |
+//! | `FORAGE_ENGINE` | `docker` or `podman`: which engine's sockets to try when DOCKER_HOST is unset (as `--engine`) |
 //! | `PATH` | where the offline image's host tools are found |
 //! | `NO_COLOR` | no colour on the terminal |
 //! | `FORAGE_PAGER`, `PAGER` | the pager `diff` and `log` use on a terminal (default `less`, with `LESS=FRX` unless `LESS` is set; `cat` or empty: none) |
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 
 pub const FORAGE_HOME: &str = "FORAGE_HOME";
 pub const FORAGE_TEMPLATES_PATH: &str = "FORAGE_TEMPLATES_PATH";
+pub const FORAGE_ENGINE: &str = "FORAGE_ENGINE";
 pub const FORAGE_DEBUG_KILL_AFTER: &str = "FORAGE_DEBUG_KILL_AFTER";
 pub const FORAGE_DEBUG_PAUSE_AFTER: &str = "FORAGE_DEBUG_PAUSE_AFTER";
 
@@ -38,6 +40,9 @@ pub struct Settings {
     /// `FORAGE_TEMPLATES_PATH`, split.
     pub templates_path: Vec<PathBuf>,
     pub docker_host: Option<String>,
+    /// `FORAGE_ENGINE` as given (checked when an engine is needed), or
+    /// `--engine`'s value, which replaces it.
+    pub engine: Option<String>,
     pub container_host: Option<String>,
     pub xdg_runtime_dir: Option<PathBuf>,
     /// The absolute directories of `PATH` (a relative one would make the
@@ -75,6 +80,7 @@ impl Settings {
             home: var_os("HOME").map(PathBuf::from),
             templates_path: split(FORAGE_TEMPLATES_PATH),
             docker_host: var("DOCKER_HOST"),
+            engine: var(FORAGE_ENGINE),
             container_host: var("CONTAINER_HOST"),
             xdg_runtime_dir: var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
             path: split("PATH").into_iter().filter(|d| d.is_absolute()).collect(),

@@ -228,9 +228,33 @@ pub fn is_docker_conflict(err: &bollard::errors::Error) -> bool {
     matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 409, .. })
 }
 
+/// True when a bollard error says the container is not running, for an exec
+/// or attach: Docker answers 409; Podman's compat API (4.3) answers 500 with
+/// libpod's "container state improper", which is the same refusal.
+pub fn is_not_running(err: &bollard::errors::Error) -> bool {
+    is_docker_conflict(err)
+        || matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+            if message.contains("container state improper"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn podmans_state_improper_is_not_running_and_other_500s_are_not() {
+        let e = |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.into(),
+        };
+        assert!(is_not_running(&e(409, "container is not running")));
+        assert!(is_not_running(&e(
+            500,
+            "can only create exec sessions on running containers: container state improper"
+        )));
+        assert!(!is_not_running(&e(500, "no space left on device")));
+        assert!(!is_not_running(&e(404, "no such container")));
+    }
 
     #[test]
     fn hints_are_data_and_the_cause_follows_the_message() {

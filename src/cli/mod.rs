@@ -43,6 +43,7 @@ use crate::env::Settings;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::runtime::docker::Docker;
+use crate::runtime::engine_choice::{candidates, EngineChoice};
 use crate::runtime::Identity;
 use crate::sandbox::{Cancel, Engine};
 use crate::store::Home;
@@ -77,6 +78,9 @@ pub struct Cli {
     /// Machine-readable output: the command's result as JSON on stdout.
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
+    /// Engine if DOCKER_HOST is unset (default: Docker, else Podman); or FORAGE_ENGINE.
+    #[arg(long, global = true, value_enum, help_heading = GLOBAL)]
+    pub engine: Option<EngineChoice>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -206,7 +210,11 @@ impl Ctx {
     /// The engine over the Docker engine `DOCKER_HOST` names, reporting progress
     /// through the printer.
     pub async fn engine(&self) -> Result<Engine<Docker>> {
-        let docker = Docker::new(self.settings.docker_host.as_deref());
+        let choice = self.settings.engine.as_deref().map(EngineChoice::parse).transpose()?;
+        // The Podman seccomp file lives in the user's runtime directory,
+        // which the rootless service (the same user) can read.
+        let seccomp_dir = self.settings.xdg_runtime_dir.as_ref().map(|d| d.join("forage"));
+        let docker = Docker::trying(candidates(&self.settings, choice), seccomp_dir);
         Ok(Engine {
             home: self.home.clone(),
             runtime: Arc::new(docker),
@@ -246,7 +254,11 @@ impl Ctx {
 
 /// Runs the command; the `Ok` value is the process exit code.
 pub async fn run(cli: Cli) -> Result<i32> {
-    let settings = Arc::new(Settings::from_process());
+    let mut settings = Settings::from_process();
+    if let Some(engine) = cli.engine {
+        settings.engine = Some(if engine == EngineChoice::Podman { "podman" } else { "docker" }.into());
+    }
+    let settings = Arc::new(settings);
     let ctx = Ctx {
         out: Printer::new(cli.quiet, cli.json),
         home: Home::from_settings(&settings)?,

@@ -1,17 +1,51 @@
 use super::render::age;
 use super::{Ctx, NameArg};
 use crate::error::Result;
+use crate::runtime::engine_choice::EngineInfo;
 use crate::sandbox::{Activity, SandboxStatus, IDLE_AFTER};
 use crate::workspace::{Mode, Synced};
 
+/// `status --json`: the sandbox's status and the engine that answered.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    status: &'a SandboxStatus,
+    engine: EngineJson<'a>,
+}
+
+/// The engine, for scripts: `{"kind": "podman", "rootless": true, "version": "4.3.1", "host": "unix://…"}`.
+#[derive(serde::Serialize)]
+struct EngineJson<'a> {
+    kind: &'static str,
+    rootless: bool,
+    version: &'a str,
+    host: &'a str,
+}
+
+impl<'a> From<&'a EngineInfo> for EngineJson<'a> {
+    fn from(e: &'a EngineInfo) -> Self {
+        EngineJson {
+            kind: if e.podman { "podman" } else { "docker" },
+            rootless: e.rootless,
+            version: &e.version,
+            host: &e.host,
+        }
+    }
+}
+
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
-    let s = ctx.engine().await?.status(&args.name).await?;
+    let engine = ctx.engine().await?;
+    let s = engine.status(&args.name).await?;
     let r = &s.record;
     let ws = r.workspace.get();
     let has_work = s.git.as_ref().is_some_and(|g| g.ahead > 0 || !g.dirty.is_empty());
     let hints = super::next::after_status(&r.name, ws.mode(), has_work);
     if ctx.out.json_wanted() {
-        ctx.out.json_with_hints(&s, &hints)?;
+        // Which engine answered: the same sandbox name means different
+        // containers on Docker and on Podman, so a script can tell them apart.
+        let engine = engine.runtime.info().await?;
+        let json = StatusJson { status: &s, engine: EngineJson::from(&engine) };
+        ctx.out.json_with_hints(&json, &hints)?;
         return Ok(0);
     }
     let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::path::PathBuf;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount as DockerMount, MountType};
 use bollard::query_parameters::{
@@ -11,6 +12,7 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 
+use super::engine_choice::EngineInfo;
 use super::image::{Build, Entry};
 use super::unreachable::{unreachable, DEFAULT_HOST};
 use super::{
@@ -27,51 +29,116 @@ const GO_MODE_SYMLINK: u32 = 1 << 27;
 /// The lowest Engine API this crate is tested against (Docker 20.10).
 const MIN_API: (usize, usize) = (1, 41);
 
-/// The Docker engine, connected to on first use (so that everything that can
-/// be checked without it is checked first, and a command that needs no engine
-/// never asks for one). Clones share the connection.
+/// The Docker engine (or Podman, through its Docker-compatible API),
+/// connected to on first use (so that everything that can be checked without
+/// it is checked first, and a command that needs no engine never asks for
+/// one). Clones share the connection.
 #[derive(Clone)]
 pub struct Docker {
-    host: Option<String>,
-    api: std::sync::Arc<tokio::sync::OnceCell<bollard::Docker>>,
+    /// The sockets to try, in order (engine_choice::candidates); the first
+    /// that answers is used.
+    hosts: Vec<String>,
+    /// Where a seccomp profile file goes for an engine that wants a path.
+    seccomp_dir: Option<PathBuf>,
+    api: std::sync::Arc<tokio::sync::OnceCell<(bollard::Docker, EngineInfo)>>,
 }
 
 impl Docker {
     /// The engine named by `docker_host` (DOCKER_HOST; default the local socket).
     pub fn new(docker_host: Option<&str>) -> Self {
-        Docker { host: docker_host.map(str::to_owned), api: Default::default() }
+        Self::trying(vec![docker_host.unwrap_or(DEFAULT_HOST).to_owned()], None)
+    }
+
+    /// The first of `hosts` that answers; `seccomp_dir` is where a Podman
+    /// engine is given forage's seccomp profile as a file.
+    pub fn trying(hosts: Vec<String>, seccomp_dir: Option<PathBuf>) -> Self {
+        Docker { hosts, seccomp_dir, api: Default::default() }
     }
 
     /// The connection, made the first time: agreeing on an API version with the
     /// engine, so newer and older engines both work.
     pub(crate) async fn api(&self) -> Result<bollard::Docker> {
-        self.api.get_or_try_init(|| connect(self.host.as_deref())).await.cloned()
+        Ok(self.connected().await?.0.clone())
+    }
+
+    /// Which engine answered, and where.
+    pub async fn info(&self) -> Result<EngineInfo> {
+        Ok(self.connected().await?.1.clone())
+    }
+
+    async fn connected(&self) -> Result<&(bollard::Docker, EngineInfo)> {
+        self.api
+            .get_or_try_init(|| async {
+                let mut first_error = None;
+                for host in &self.hosts {
+                    match connect(host).await {
+                        Ok(connected) => {
+                            tracing::info!("engine: {}", connected.1.describe());
+                            return Ok(connected);
+                        }
+                        Err(e) => {
+                            tracing::info!("no engine at {host}: {e}");
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                // The first candidate's error is the one to fix (DOCKER_HOST's,
+                // the chosen engine's, or Docker's before Podman's).
+                let error = first_error.unwrap_or_else(|| Error::engine("no engine to try"));
+                // Docker was tried first and Podman after it: say how to use Podman too.
+                let docker_first = self.hosts.first().is_some_and(|h| h == DEFAULT_HOST);
+                match self
+                    .hosts
+                    .iter()
+                    .skip(1)
+                    .find_map(|h| super::engine_choice::socket_path(h))
+                    .filter(|_| docker_first)
+                {
+                    Some(podman) => Err(error.hint(format!(
+                        "or use Podman: {} (forage tries {} when no Docker engine answers)",
+                        super::unreachable::podman_start(podman),
+                        podman.display()
+                    ))),
+                    None => Err(error),
+                }
+            })
+            .await
+    }
+
+    /// The `seccomp=` security option. Docker takes the profile itself;
+    /// Podman's compat API takes a file path (4.3 opens the value as a file),
+    /// so for Podman the profile is written to a file it can read.
+    fn seccomp_option(&self, info: &EngineInfo) -> Result<String> {
+        let profile = super::seccomp::profile();
+        if !info.podman {
+            return Ok(format!("seccomp={profile}"));
+        }
+        let dir = self.seccomp_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let path = super::engine_choice::seccomp_file(&dir, &profile)?;
+        Ok(format!("seccomp={}", path.display()))
     }
 }
 
-async fn connect(docker_host: Option<&str>) -> Result<bollard::Docker> {
-    {
-        let host = docker_host.unwrap_or(DEFAULT_HOST).to_owned();
-        let unreachable = |e: bollard::errors::Error| unreachable(&host, &e);
-        let api = match docker_host {
-            Some(h) if h.starts_with("unix://") => {
-                bollard::Docker::connect_with_unix(h, 120, bollard::API_DEFAULT_VERSION)
-            }
-            Some(h) => bollard::Docker::connect_with_http(h, 120, bollard::API_DEFAULT_VERSION),
-            None => bollard::Docker::connect_with_unix_defaults(),
-        }
-        .map_err(unreachable)?;
-        let api = api.negotiate_version().await.map_err(unreachable)?;
-        let v = api.client_version();
-        let (major, minor) = (v.major_version, v.minor_version);
-        if (major, minor) < MIN_API {
-            return Err(Error::engine(format!(
-                "the Docker engine at {host} speaks API {major}.{minor}; forage needs {}.{} or newer (Docker 20.10+)",
-                MIN_API.0, MIN_API.1
-            )));
-        }
-        Ok(api)
+async fn connect(host: &str) -> Result<(bollard::Docker, EngineInfo)> {
+    let unreachable = |e: bollard::errors::Error| unreachable(host, &e);
+    let api = if host.starts_with("unix://") {
+        bollard::Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)
+    } else {
+        bollard::Docker::connect_with_http(host, 120, bollard::API_DEFAULT_VERSION)
     }
+    .map_err(unreachable)?;
+    let api = api.negotiate_version().await.map_err(unreachable)?;
+    let v = api.client_version();
+    let (major, minor) = (v.major_version, v.minor_version);
+    if (major, minor) < MIN_API {
+        return Err(Error::engine(format!(
+            "the Docker engine at {host} speaks API {major}.{minor}; forage needs {}.{} or newer (Docker 20.10+)",
+            MIN_API.0, MIN_API.1
+        )));
+    }
+    let version = api.version().await.map_err(unreachable)?;
+    let info = EngineInfo::new(host, &version);
+    Ok((api, info))
 }
 
 impl Docker {
@@ -217,6 +284,33 @@ impl Docker {
     }
 }
 
+impl Docker {
+    /// Rootless Podman on a cgroups v1 host (or without cgroup delegation)
+    /// creates the container but drops its memory, CPU and process limits,
+    /// saying so only in its own log. The agent then runs unbounded; forage
+    /// says so on every `up` rather than let the user believe otherwise.
+    async fn warn_if_limits_dropped(&self, spec: &ContainerSpec) {
+        let Ok(api) = self.api().await else { return };
+        let Ok(c) = api.inspect_container(&spec.name, None::<InspectContainerOptions>).await else { return };
+        let hc = c.host_config.unwrap_or_default();
+        let dropped: Vec<&str> = [
+            ("memory", hc.memory.unwrap_or(0) == 0 && spec.memory_bytes > 0),
+            ("CPU", hc.nano_cpus.unwrap_or(0) == 0 && spec.nano_cpus > 0),
+            ("process", hc.pids_limit.unwrap_or(0) <= 0 && spec.pids > 0),
+        ]
+        .into_iter()
+        .filter_map(|(what, lost)| lost.then_some(what))
+        .collect();
+        if !dropped.is_empty() {
+            tracing::warn!(
+                "the Podman engine did not apply the sandbox's {} limits (rootless Podman needs cgroups v2 with the \
+                 memory, cpu and pids controllers delegated to your user); the agent runs without them",
+                dropped.join(", ")
+            );
+        }
+    }
+}
+
 impl Runtime for Docker {
     async fn ping(&self) -> Result<()> {
         self.api().await.map(|_| ())
@@ -228,9 +322,16 @@ impl Runtime for Docker {
             ImageSource::Reference { reference, .. } => reference.clone(),
             ImageSource::Host { template, spec, tool_dirs, identity } => {
                 // Built for the invoking user: it carries their identity.
-                let (reference, tools) =
-                    super::image::ensure_host_image(&self.api().await?, template, spec, tool_dirs, *identity, progress)
-                        .await?;
+                let (reference, tools) = super::image::ensure_host_image(
+                    &self.api().await?,
+                    template,
+                    spec,
+                    tool_dirs,
+                    *identity,
+                    self.info().await?.podman,
+                    progress,
+                )
+                .await?;
                 return Ok(ReadyImage { reference, has_identity: true, programs: Some(tools), base: None });
             }
             ImageSource::Build { template, context, base, .. } => {
@@ -261,17 +362,31 @@ impl Runtime for Docker {
     }
 
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
+        let info = self.info().await?;
+        info.check_identity(spec.identity.uid)?;
         let host_config = HostConfig {
             mounts: Some(spec.mounts.iter().map(docker_mount).collect()),
             init: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into(), format!("seccomp={}", super::seccomp::profile())]),
+            security_opt: Some(vec!["no-new-privileges".into(), self.seccomp_option(&info)?]),
+            // Rootless Podman maps the container's root to the user and every
+            // other uid to a subordinate id, so an agent running as the user's
+            // uid would write files the user does not own. keep-id maps the
+            // user's own uid inside to theirs outside (Docker has no such mode
+            // and needs none: its uids are the host's).
+            userns_mode: info.rootless.then(|| "keep-id".to_owned()),
             privileged: Some(false),
             memory: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),
             pids_limit: Some(spec.pids),
             network_mode: Some(match (&spec.egress, spec.network) {
                 (Some(egress), _) => egress.network.clone(),
+                // Rootless Podman's "bridge" needs its rootless network
+                // namespace (netavark inside a user-owned netns), which fails
+                // on hosts whose /run is not a shared mount; slirp4netns is
+                // rootless Podman's own default and gives the same outbound
+                // network with no host-side setup.
+                (None, Network::Full) if info.rootless => "slirp4netns".into(),
                 (None, Network::Full) => "bridge".into(),
                 // Never `bridge` for want of the sandbox's network.
                 (None, Network::None | Network::Restricted) => "none".into(),
@@ -307,6 +422,9 @@ impl Runtime for Docker {
                 )))
             }
             Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
+        }
+        if info.podman {
+            self.warn_if_limits_dropped(spec).await;
         }
         if spec.image.has_identity {
             return Ok(());

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
+use bollard::query_parameters::{BuildImageOptions, CreateImageOptions, ImportImageOptions};
 use futures_util::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 
@@ -109,6 +109,7 @@ pub async fn ensure_host_image(
     spec: &HostImage,
     tool_dirs: &[PathBuf],
     who: Identity,
+    podman: bool,
     progress: &dyn Progress,
 ) -> Result<(String, Vec<String>)> {
     let tools = resolve_tools(spec, tool_dirs)?;
@@ -128,6 +129,24 @@ pub async fn ensure_host_image(
         "importing image {reference} ({:.1} MiB) into the Docker engine",
         rootfs.len() as f64 / (1 << 20) as f64
     ));
+    if podman {
+        // Podman's import cannot set the config (image_archive.rs says why).
+        let config = super::image_archive::ImageConfig {
+            env: &["PATH=/usr/local/bin:/usr/bin:/bin".into()],
+            cmd: &["sh".into()],
+            labels: &[
+                (LABEL_IMAGE_KEY.into(), key.clone()),
+                (LABEL_IMAGE_IDENTITY.into(), format!("{}:{}", who.uid, who.gid)),
+            ],
+        };
+        let archive = super::image_archive::archive(&reference, &rootfs, &config)?;
+        api.import_image(ImportImageOptions::default(), bollard::body_full(archive.into()), None)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .map_err(|e| Error::docker(format!("loading image {reference}"), e))?;
+        progress.finish();
+        return Ok((reference, names));
+    }
     let label = format!("LABEL {LABEL_IMAGE_KEY}={key} {LABEL_IMAGE_IDENTITY}={}:{}", who.uid, who.gid);
     let options = CreateImageOptions {
         from_src: Some("-".into()),

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 
 use super::docker::Docker;
 use super::{ExecOptions, Identity, Output, OutputStream, Session, SessionId, AGENT_HOME, WORKSPACE_TARGET};
-use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
+use crate::error::{is_docker_not_found, is_not_running, Error, Result};
 
 /// Docker's own detach sequence, as users of `docker attach` know it.
 pub const DETACH_KEYS: &str = "ctrl-p,ctrl-q";
@@ -29,7 +29,7 @@ pub fn keep_bounded(kept: &mut Vec<u8>, bytes: &[u8]) {
 
 fn not_running(container: &str, err: bollard::errors::Error) -> Error {
     let name = container.trim_start_matches("forage-");
-    if is_docker_conflict(&err) {
+    if is_not_running(&err) {
         Error::conflict(format!("container {container} is not running"))
             .hint_run("start it with {command}", ["start", name])
     } else if is_docker_not_found(&err) {

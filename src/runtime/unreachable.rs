@@ -49,6 +49,9 @@ pub fn cause(err: &(dyn std::error::Error + 'static)) -> Cause {
 /// forage from: one message naming the socket or address, one fix. Exit 5.
 pub fn unreachable(host: &str, err: &(dyn std::error::Error + 'static)) -> Error {
     let socket = host.strip_prefix("unix://").map(Path::new);
+    if let Some(path) = socket.filter(|p| is_podman_socket(p)) {
+        return podman_unreachable(host, path, cause(err), err);
+    }
     match (cause(err), socket) {
         (Cause::Denied, Some(path)) => {
             let owner = socket_owner(path);
@@ -86,6 +89,43 @@ pub fn unreachable(host: &str, err: &(dyn std::error::Error + 'static)) -> Error
         _ => Error::engine(format!("cannot reach the Docker engine at {host} ({})", chain(err)))
             .hint("start dockerd (e.g. `sudo systemctl start docker`) or point DOCKER_HOST at a running engine"),
     }
+}
+
+/// A Podman service's socket (`…/podman/podman.sock`, rootless or rootful).
+fn is_podman_socket(path: &Path) -> bool {
+    path.ends_with("podman/podman.sock")
+}
+
+/// How to start the Podman service behind `path`: the user's own (rootless)
+/// unless it is the system's socket under /run/podman.
+pub fn podman_start(path: &Path) -> String {
+    if path.starts_with("/run/podman") {
+        "start the Podman service: `sudo systemctl start podman.socket`".into()
+    } else {
+        format!(
+            "start your Podman service: `systemctl --user start podman.socket` (without systemd: \
+             `podman system service --time=0 unix://{} &`)",
+            path.display()
+        )
+    }
+}
+
+/// The error for a Podman socket: the same causes, Podman's fix.
+fn podman_unreachable(host: &str, path: &Path, cause: Cause, err: &(dyn std::error::Error + 'static)) -> Error {
+    let message = match cause {
+        Cause::Denied => format!("permission denied on the Podman socket {}: {} may not use it", path.display(), who()),
+        Cause::Missing => format!("no Podman service at {host}: there is no socket {}", path.display()),
+        Cause::Refused => format!("no Podman service listens on the socket {} (connection refused)", path.display()),
+        Cause::Other => format!("cannot reach the Podman service at {host} ({})", chain(err)),
+    };
+    let fix = match cause {
+        // A rootless socket is its owner's alone: use your own.
+        Cause::Denied => "use your own Podman service (`systemctl --user start podman.socket`), or run as the user \
+                          that owns this one"
+            .to_owned(),
+        _ => podman_start(path),
+    };
+    Error::engine(message).hint(fix)
 }
 
 /// The user forage runs as, by name when it has one.
@@ -183,6 +223,28 @@ mod tests {
         assert!(other.to_string().starts_with("cannot reach the Docker engine at unix:///run/x.sock (client error"));
         for e in [denied, missing, refused, stale, other] {
             assert_eq!(e.exit_code(), 5);
+        }
+    }
+
+    #[test]
+    fn a_podman_socket_is_named_as_podman_with_podmans_fix() {
+        let rootless = unreachable("unix:///run/user/7/podman/podman.sock", &os(libc::ENOENT));
+        assert_eq!(
+            rootless.to_string(),
+            "no Podman service at unix:///run/user/7/podman/podman.sock: there is no socket /run/user/7/podman/podman.sock"
+        );
+        assert!(rootless.hints()[0].text.contains("systemctl --user start podman.socket"));
+        assert!(rootless.hints()[0]
+            .text
+            .contains("podman system service --time=0 unix:///run/user/7/podman/podman.sock"));
+        let rootful = unreachable("unix:///run/podman/podman.sock", &os(libc::ECONNREFUSED));
+        assert!(rootful.to_string().starts_with("no Podman service listens on the socket /run/podman/podman.sock"));
+        assert!(rootful.hints()[0].text.contains("sudo systemctl start podman.socket"));
+        let denied = unreachable("unix:///run/user/7/podman/podman.sock", &os(libc::EACCES));
+        assert!(denied.to_string().starts_with("permission denied on the Podman socket"));
+        for e in [rootless, rootful, denied] {
+            assert_eq!(e.exit_code(), 5);
+            assert!(!e.hints()[0].text.contains("dockerd"));
         }
     }
 }

@@ -53,20 +53,38 @@ fn the_container_has_the_security_defaults() {
     env.ok(&["up", "secure", "--workspace", ws.to_str().unwrap()]);
     let c = inspect("forage-secure").expect("container exists");
     let hc = c.host_config.unwrap();
-    assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+    let cap_drop = hc.cap_drop.unwrap_or_default();
+    match test_engine() {
+        TestEngine::Docker => assert_eq!(cap_drop, ["ALL"]),
+        // Podman reports `ALL` as the capabilities it dropped, one by one; the
+        // bounding set read inside, below, shows that none is left.
+        TestEngine::PodmanRootless => {
+            for cap in ["CHOWN", "DAC_OVERRIDE", "FOWNER", "NET_RAW", "SETUID", "SETGID", "SYS_CHROOT"] {
+                assert!(cap_drop.iter().any(|c| c.trim_start_matches("CAP_") == cap), "{cap} dropped: {cap_drop:?}");
+            }
+        }
+    }
     assert!(hc.cap_add.unwrap_or_default().is_empty());
-    // forage's own seccomp profile (runtime/seccomp.rs) replaces the engine's.
+    // forage's own seccomp profile (runtime/seccomp.rs) replaces the engine's:
+    // inline for Docker, as a file for Podman (which takes a path).
     let security = hc.security_opt.unwrap_or_default();
     assert_eq!(security.len(), 2, "{security:?}");
     assert_eq!(security[0], "no-new-privileges");
-    assert!(security[1].starts_with("seccomp={") && security[1].contains(r#""defaultAction":"SCMP_ACT_ERRNO""#));
+    let profile = security[1].strip_prefix("seccomp=").expect("a seccomp option");
+    let profile = match test_engine() {
+        TestEngine::Docker => profile.to_owned(),
+        TestEngine::PodmanRootless => std::fs::read_to_string(profile).expect("the profile file Podman was given"),
+    };
+    assert!(profile.starts_with('{') && profile.contains(r#""defaultAction":"SCMP_ACT_ERRNO""#), "{profile}");
     assert_eq!(hc.init, Some(true));
     assert_eq!(hc.privileged, Some(false));
     assert_eq!(hc.pids_limit, Some(1024));
     assert_eq!(hc.memory, Some(4 << 30));
     assert!(hc.nano_cpus.unwrap_or(0) > 0, "a CPU limit is set");
     assert_ne!(hc.network_mode.as_deref(), Some("host"));
-    assert!(hc.binds.unwrap_or_default().is_empty());
+    // Podman lists the workspace mount among the binds too; nothing else may be there.
+    let binds = hc.binds.unwrap_or_default();
+    assert!(binds.iter().all(|b| b.split(':').nth(1) == Some("/workspace")), "{binds:?}");
     let mounts = c.mounts.unwrap();
     assert_eq!(mounts.len(), 1, "only the workspace is mounted: {mounts:?}");
     assert_eq!(mounts[0].destination.as_deref(), Some("/workspace"));
@@ -82,7 +100,7 @@ fn the_container_has_the_security_defaults() {
     assert_eq!(labels["forage.home"], env.home.to_str().unwrap());
 
     // The process runs as the user, with no capabilities, under an init.
-    let out = env.ok(&["exec", "secure", "--", "sh", "-c", "id -u; grep CapEff /proc/self/status; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo $HOME; touch $HOME/w && echo home-writable; grep -c \":$(id -u):\" /etc/passwd"]);
+    let out = env.ok(&["exec", "secure", "--", "sh", "-c", "id -u; grep CapEff /proc/self/status; cat /proc/1/cmdline | tr '\\0' ' '; echo; echo $HOME; touch $HOME/w && echo home-writable; grep -c \":$(id -u):\" /etc/passwd; grep CapBnd /proc/self/status; grep '^Seccomp:' /proc/self/status"]);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], nix::unistd::getuid().to_string());
     assert!(lines[1].ends_with("0000000000000000"), "no effective capabilities: {out}");
@@ -90,6 +108,8 @@ fn the_container_has_the_security_defaults() {
     assert_eq!(lines[3], "/home/agent");
     assert_eq!(lines[4], "home-writable");
     assert_eq!(lines[5], "1", "the user has a passwd entry");
+    assert!(lines[6].ends_with("0000000000000000"), "no capability can be regained: {out}");
+    assert_eq!(lines[7].split_whitespace().collect::<Vec<_>>(), ["Seccomp:", "2"], "a seccomp filter: {out}");
     env.ok(&["down", "secure"]);
     env.assert_nothing_left();
 }
@@ -280,5 +300,49 @@ fn root_on_a_users_checkout_is_told_the_agent_runs_as_root() {
     assert!(out.status.success(), "{}", describe(&out));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("runs as root"), "{}", describe(&out));
     env.ok(&["down", "mine"]);
+    env.assert_nothing_left();
+}
+
+/// On every engine the agent's files are the invoking user's on the host. On
+/// rootless Podman that is forage's doing (the container's uids are
+/// subordinate ids unless forage asks for keep-id), so the test also asserts
+/// which engine answered: a run meant for Podman that fell back to Docker
+/// would prove nothing.
+#[test]
+fn files_the_agent_writes_belong_to_the_invoking_user_on_this_engine() {
+    let env = Env::new();
+    let ws = env.mkdir("owned");
+    let name = env.unique("owned");
+    let out = env.cmd(&["-v", "up", &name, "--workspace", ws.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let log = String::from_utf8_lossy(&out.stderr);
+    let expected = match test_engine() {
+        TestEngine::Docker => "engine: Docker ",
+        TestEngine::PodmanRootless => "engine: Podman ",
+    };
+    assert!(log.contains(expected), "expected {expected:?} in: {log}");
+    assert_eq!(test_engine() == TestEngine::PodmanRootless, log.contains("(rootless)"), "{log}");
+    let engine = &env.json(&["status", &name, "--json"])["engine"];
+    let (kind, rootless) = match test_engine() {
+        TestEngine::Docker => ("docker", false),
+        TestEngine::PodmanRootless => ("podman", true),
+    };
+    assert_eq!((engine["kind"].as_str(), engine["rootless"].as_bool()), (Some(kind), Some(rootless)), "{engine}");
+
+    env.ok(&[
+        "exec",
+        &name,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /workspace/d/e && echo x > /workspace/d/e/f && id -u > /workspace/uid",
+    ]);
+    let me = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+    assert_eq!(std::fs::read_to_string(ws.join("uid")).unwrap().trim(), me.0.to_string(), "the agent runs as the user");
+    for written in ["uid", "d", "d/e", "d/e/f"] {
+        let meta = std::fs::metadata(ws.join(written)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), me, "{written} belongs to the invoking user");
+    }
+    env.ok(&["down", &name]);
     env.assert_nothing_left();
 }

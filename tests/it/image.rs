@@ -12,6 +12,8 @@ fn default_images() -> Vec<String> {
         .unwrap()
         .into_iter()
         .flat_map(|i| i.repo_tags)
+        // Podman names an image of no registry `localhost/…`; Docker names it as given.
+        .map(|t| t.strip_prefix("localhost/").map(str::to_owned).unwrap_or(t))
         .collect()
 }
 

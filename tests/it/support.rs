@@ -37,15 +37,48 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-/// The shared engine every test uses (DOCKER_HOST or the default socket).
+/// The engine the whole run is aimed at, from `FORAGE_TEST_ENGINE`: unset or
+/// `docker` is Docker (DOCKER_HOST or the default socket); `podman-rootless`
+/// is the rootless Podman service of the user running the tests, at
+/// `$XDG_RUNTIME_DIR/podman/podman.sock` (run the test binary as that user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestEngine {
+    Docker,
+    PodmanRootless,
+}
+
+pub fn test_engine() -> TestEngine {
+    match std::env::var("FORAGE_TEST_ENGINE").as_deref() {
+        Err(_) | Ok("" | "docker") => TestEngine::Docker,
+        Ok("podman-rootless") => TestEngine::PodmanRootless,
+        Ok(other) => panic!("FORAGE_TEST_ENGINE={other:?}: use `docker` or `podman-rootless`"),
+    }
+}
+
+/// The socket every forage-ctl and bollard call of this run goes to, when it
+/// is not Docker's default.
+pub fn test_engine_host() -> Option<String> {
+    match test_engine() {
+        TestEngine::Docker => None,
+        TestEngine::PodmanRootless => {
+            let dir =
+                std::env::var("XDG_RUNTIME_DIR").expect("FORAGE_TEST_ENGINE=podman-rootless needs XDG_RUNTIME_DIR");
+            Some(format!("unix://{dir}/podman/podman.sock"))
+        }
+    }
+}
+
+/// The shared engine every test uses (DOCKER_HOST or the default socket, or
+/// FORAGE_TEST_ENGINE's).
 pub fn docker() -> bollard::Docker {
     connect(None).expect("a running Docker engine")
 }
 
 /// Connects to the engine at `host` (`unix://…`), or to the shared one.
 pub fn connect(host: Option<&str>) -> Result<bollard::Docker, bollard::errors::Error> {
+    let shared = test_engine_host();
     block_on(async {
-        let api = match host {
+        let api = match host.or(shared.as_deref()) {
             Some(host) => bollard::Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)?,
             None => bollard::Docker::connect_with_defaults()?,
         };
@@ -116,7 +149,7 @@ impl Env {
             .env_remove("FORAGE_TEMPLATES_PATH")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null());
-        if let Some(host) = &self.docker_host {
+        if let Some(host) = self.docker_host.clone().or_else(test_engine_host) {
             c.env("DOCKER_HOST", host);
         }
         c
