@@ -70,6 +70,17 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     history(ctx, &s, ws.mode());
     image_lines(ctx, r);
     network_lines(ctx, &s);
+    container_lines(ctx, &s);
+    for hint in &hints {
+        ctx.out.hint(hint);
+    }
+    Ok(0)
+}
+
+/// The container: its name, age, id, exit code and mounts, or that it is gone.
+fn container_lines(ctx: &Ctx, s: &SandboxStatus) {
+    let r = &s.record;
+    let line = |label: &str, value: String| ctx.out.data(format!("{:<12}{value}", format!("{label}:")));
     line("container", r.container.clone());
     line("created", format!("{} ago", age(r.created_at)));
     match &s.container {
@@ -91,10 +102,6 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
             ctx.out.hint_run("{command} cleans up", ["down", r.name.as_str()]);
         }
     }
-    for hint in &hints {
-        ctx.out.hint(hint);
-    }
-    Ok(0)
 }
 
 /// The template, and the profile of its agent's state when it keeps one.
