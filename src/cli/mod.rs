@@ -18,6 +18,7 @@ mod logs;
 mod next;
 mod pager;
 mod path;
+mod port_forward;
 mod printer;
 mod render;
 mod reset;
@@ -183,6 +184,10 @@ pub enum Command {
         after_help = "Example: forage-ctl egress-proxy --listen 0.0.0.0:3128 --policy /forage-egress/policy --log /forage-egress/log"
     )]
     EgressProxy(egress_proxy::EgressProxyArgs),
+    /// The forwarder of a sandbox's published ports, as forage runs it in its
+    /// own container (not for running by hand).
+    #[command(hide = true, after_help = "Example: forage-ctl port-forward --forward 3000=10.0.0.3:3000")]
+    PortForward(port_forward::PortForwardArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -284,5 +289,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
         Command::EgressProxy(args) => egress_proxy::run(args).await,
+        Command::PortForward(args) => port_forward::run(args).await,
     }
 }

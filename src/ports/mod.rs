@@ -1,0 +1,80 @@
+//! Published ports: a sandbox's `PORT`s reachable from the host at
+//! `127.0.0.1:HOSTPORT` only. The sandbox's own container publishes nothing
+//! (changing what a container publishes means recreating it); a small
+//! forwarder of forage's own per sandbox (`forward`, run as the hidden
+//! `forage-ctl port-forward` in the egress proxy's image) publishes them and
+//! is the one recreated when the set changes.
+
+pub mod forward;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// `[HOSTPORT:]PORT`: a port in the sandbox, and the host's port for it
+/// (`None`: forage lets the engine pick a free one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PortSpec {
+    pub host: Option<u16>,
+    pub port: u16,
+}
+
+impl FromStr for PortSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let one = |word: &str| -> Result<u16, String> {
+            match word.parse::<u16>() {
+                Ok(0) | Err(_) => Err(format!("{s:?} is not [HOSTPORT:]PORT: {word:?} is not a port (1 to 65535)")),
+                Ok(p) => Ok(p),
+            }
+        };
+        match s.split_once(':') {
+            Some((host, port)) => Ok(PortSpec { host: Some(one(host)?), port: one(port)? }),
+            None => Ok(PortSpec { host: None, port: one(s)? }),
+        }
+    }
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host {
+            Some(h) => write!(f, "{h}:{}", self.port),
+            None => write!(f, "{}", self.port),
+        }
+    }
+}
+
+/// A published port as it is: the sandbox's port, and the host port bound
+/// on 127.0.0.1 for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    pub port: u16,
+    pub host_port: u16,
+}
+
+impl fmt::Display for Published {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "127.0.0.1:{}->{}", self.host_port, self.port)
+    }
+}
+
+/// The most ports one sandbox publishes: each is a listener in its forwarder.
+pub const MAX_PORTS: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_specs_parse_and_name_a_bad_one() {
+        assert_eq!("3000".parse::<PortSpec>().unwrap(), PortSpec { host: None, port: 3000 });
+        assert_eq!("8080:3000".parse::<PortSpec>().unwrap(), PortSpec { host: Some(8080), port: 3000 });
+        assert_eq!("8080:3000".parse::<PortSpec>().unwrap().to_string(), "8080:3000");
+        for bad in ["0", "x", "70000", "1:2:3", ":3000", "3000:", ""] {
+            let err = bad.parse::<PortSpec>().unwrap_err();
+            assert!(err.contains("[HOSTPORT:]PORT"), "{bad}: {err}");
+        }
+    }
+}
