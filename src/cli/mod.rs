@@ -18,6 +18,7 @@ mod logs;
 mod next;
 mod pager;
 mod path;
+mod port;
 mod port_forward;
 mod printer;
 mod render;
@@ -142,6 +143,10 @@ pub enum Command {
     /// --all: every one; --next: the next not yet reported (10: none left).
     #[command(after_help = "Example: forage-ctl wait agent-a agent-b --until idle --timeout 1h")]
     Wait(wait::WaitArgs),
+    /// The ports a sandbox publishes on the host's 127.0.0.1; `add`/`rm` change
+    /// them on a running sandbox (its container stays).
+    #[command(after_help = "Example: forage-ctl port agent-a add 3000")]
+    Port(port::PortArgs),
     /// Print the sandbox's workspace directory on the host, from forage's record.
     #[command(after_help = "Example: cd \"$(forage-ctl path agent-a)\"")]
     Path(NameArg),
@@ -278,6 +283,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Apply(args) => review::apply(&ctx, args).await,
         Command::Wait(args) => wait::run(&ctx, args).await,
         Command::Path(args) => path::run(&ctx, args).await,
+        Command::Port(args) => port::run(&ctx, args).await,
         Command::Checkout(args) => path::checkout(&ctx, args).await,
         Command::Archives(args) => archives::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,

@@ -63,6 +63,40 @@ impl fmt::Display for Published {
 /// The most ports one sandbox publishes: each is a listener in its forwarder.
 pub const MAX_PORTS: usize = 64;
 
+/// The forwarder's container of a sandbox, and its network (the same name:
+/// the engine keeps the two apart). The capital letters keep it from ever
+/// being a sandbox's container (`forage-NAME`, NAME lower-case).
+pub fn forwarder_name(sandbox: &crate::names::SandboxName) -> String {
+    format!("{}-Ports", sandbox.container())
+}
+
+/// `--publish` asks what the sandbox's network allows: none for `network:
+/// none`, and each sandbox port once.
+pub fn check_publish(publish: &[PortSpec], network: crate::runtime::Network) -> crate::error::Result<()> {
+    use crate::error::Error;
+    let Some(first) = publish.first() else { return Ok(()) };
+    if network == crate::runtime::Network::None {
+        return Err(Error::usage(format!(
+            "--publish {first} needs a network, and this sandbox's network is none (nothing can reach it)"
+        ))
+        .hint("add --network full or --network restricted, or drop --publish"));
+    }
+    if publish.len() > MAX_PORTS {
+        return Err(Error::usage(format!(
+            "{} ports to publish; a sandbox publishes at most {MAX_PORTS}",
+            publish.len()
+        )));
+    }
+    for (i, p) in publish.iter().enumerate() {
+        if let Some(twice) = publish[..i].iter().find(|q| q.port == p.port || (q.host.is_some() && q.host == p.host)) {
+            return Err(
+                Error::usage(format!("--publish {p} and --publish {twice} share a port")).hint("give each port once")
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

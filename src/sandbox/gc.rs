@@ -359,6 +359,8 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         journal,
         pins: Vec::new(),
         egress: None,
+        network: None,
+        ports: Vec::new(),
         stopped_at: None,
         toolchain: None,
     }
