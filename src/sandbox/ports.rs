@@ -71,6 +71,22 @@ impl<R: Runtime> Engine<R> {
         Ok(record.ports)
     }
 
+    /// After a start or reset of a `full` sandbox: the default bridge may
+    /// have given its container another address, so the forwarder is made
+    /// again for it, on the same host ports. (A restricted sandbox's address
+    /// is forage's pick, and stays.)
+    pub(crate) async fn refresh_ports(&self, record: &mut Record) -> Result<()> {
+        if record.ports.is_empty() || record.egress.is_some() {
+            return Ok(());
+        }
+        let wanted: Vec<PortSpec> =
+            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        self.publish(record, &wanted).await.map_err(|e| {
+            e.with_note(format!("sandbox {} runs, but its ports are not published", record.name))
+                .hint_run("{command} tries again", ["restart", record.name.as_str()])
+        })
+    }
+
     /// Makes the sandbox's forwarder publish exactly `wanted` (none: removes
     /// it), and records the host ports. `up --publish` and `port`.
     pub(crate) async fn publish(&self, record: &mut Record, wanted: &[PortSpec]) -> Result<()> {

@@ -188,6 +188,13 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     let err = env.fails(&["port", &a, "rm", "5000"], 3);
     assert!(err.contains("5000"), "{err}");
 
+    // A restart may give a `full` sandbox another address on the bridge:
+    // its ports follow it, on the same host ports.
+    env.ok(&["restart", &a]);
+    env.ok(&["reset", &a]);
+    assert_eq!(w.ports(&a), HashMap::from([(4000, pa2[&4000])]));
+    assert!(answers(pa2[&4000], "a"));
+
     // A host port that is taken: refused, naming it; the set stays as it was.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
