@@ -71,12 +71,15 @@ impl<R: Runtime> Engine<R> {
         Ok(record.ports)
     }
 
-    /// After a start or reset of a `full` sandbox: the default bridge may
-    /// have given its container another address, so the forwarder is made
-    /// again for it, on the same host ports. (A restricted sandbox's address
-    /// is forage's pick, and stays.)
+    /// After a start or reset: the forwarder made again, on the same host
+    /// ports, for a `full` sandbox (the default bridge may have given its
+    /// container another address) and for one whose forwarder is gone. (A
+    /// restricted sandbox's address is forage's pick, and stays.)
     pub(crate) async fn refresh_ports(&self, record: &mut Record) -> Result<()> {
-        if record.ports.is_empty() || record.egress.is_some() {
+        if record.ports.is_empty() {
+            return Ok(());
+        }
+        if record.egress.is_some() && self.runtime.container_exists(&forwarder_name(&record.name)).await? {
             return Ok(());
         }
         let wanted: Vec<PortSpec> =

@@ -194,6 +194,12 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     env.ok(&["reset", &a]);
     assert_eq!(w.ports(&a), HashMap::from([(4000, pa2[&4000])]));
     assert!(answers(pa2[&4000], "a"));
+    // A restricted sandbox's forwarder removed by hand comes back at its next start.
+    let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    block_on(docker().remove_container(&format!("forage-{b}-Ports"), Some(remove))).unwrap();
+    assert!(get(local(pb[&3000])).is_err(), "the forwarder was not removed");
+    env.ok(&["restart", &b]);
+    assert!(answers(pb[&3000], "b"));
 
     // A host port that is taken: refused, naming it; the set stays as it was.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
