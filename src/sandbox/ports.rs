@@ -162,6 +162,35 @@ impl<R: Runtime> Engine<R> {
     }
 }
 
+impl<R: Runtime> Engine<R> {
+    /// `gc`: forwarders of this FORAGE_HOME whose sandbox has no record
+    /// (found by their network, which is made before the container and
+    /// removed after it).
+    pub(crate) async fn gc_forwarders(
+        &self,
+        had_record: impl Fn(&SandboxName) -> bool,
+        force: bool,
+    ) -> Result<Vec<super::gc::Finding>> {
+        use super::gc::{Finding, Kind};
+        let mut findings = Vec::new();
+        let networks = self.runtime.networks(&[format!("{LABEL_PORTS_HOME}={}", self.home.label())]).await?;
+        for (network, labels) in networks {
+            let Some(Ok(name)) = labels.get(LABEL_PORTS_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
+            if had_record(&name) || network != forwarder_name(&name) {
+                continue;
+            }
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.record_exists(&name) {
+                continue;
+            }
+            let why = format!("the port forwarder of sandbox {name}, which has no record");
+            let finding = Finding::new(Kind::OrphanForwarder, network.clone(), why, "remove its container and network");
+            findings.push(finding.act(force, self.runtime.remove_forwarder(&network, &network)).await);
+        }
+        Ok(findings)
+    }
+}
+
 /// The sandbox's network: as recorded, else (an older forage's record)
 /// restricted if it has an egress network, else full.
 fn network_of(record: &Record) -> Network {

@@ -220,7 +220,16 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     let err = env.fails(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--network", "none", "--publish", "3000"], 2);
     assert!(err.contains("--publish 3000") && err.contains("none"), "{err}");
 
-    // Nothing left after `down` (and `gc --force` for the egress proxy).
+    // A forwarder whose sandbox lost its record (and container) by hand: `gc` finds it.
+    env.ok(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--publish", "3000"]);
+    std::fs::remove_file(env.home.join(format!("sandboxes/{c}.json"))).unwrap();
+    let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    block_on(docker().remove_container(&format!("forage-{c}"), Some(remove))).unwrap();
+    let found = env.json(&["gc", "--json"]);
+    let orphan = format!("forage-{c}-Ports");
+    assert!(found.to_string().contains("orphan-forwarder") && found.to_string().contains(&orphan), "{found}");
+
+    // Nothing left after `down` (and `gc --force` for the egress proxy and the orphan).
     env.ok(&["down", &a, &b]);
     env.ok(&["gc", "--force"]);
     assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
