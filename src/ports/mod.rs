@@ -60,6 +60,12 @@ impl fmt::Display for Published {
     }
 }
 
+/// Where forwarders' own networks are carved from (/29 each), not Docker's
+/// default address pools (about 30 networks in all): sixteen agents
+/// publishing must not use them up. Never reached through the egress proxy.
+pub const PORTS_RANGE: (std::net::Ipv4Addr, u8) = (std::net::Ipv4Addr::new(10, 215, 0, 0), 16);
+pub const PORTS_SUBNET_BITS: u8 = 29;
+
 /// The most ports one sandbox publishes: each is a listener in its forwarder.
 pub const MAX_PORTS: usize = 64;
 

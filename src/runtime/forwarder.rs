@@ -7,12 +7,10 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
-    PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, PortBinding,
+    RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions, RemoveContainerOptions,
-};
+use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
 
 use super::docker::Docker;
 use super::{ImageSource, Runtime as _};
@@ -24,7 +22,7 @@ use crate::progress::Progress;
 #[derive(Debug, Clone)]
 pub struct ForwarderSpec {
     pub container: String,
-    /// Its own network, which it publishes on (made on demand).
+    /// Its own network, which it publishes on (the engine made it).
     pub network: String,
     pub labels: HashMap<String, String>,
     /// The sandbox's network, and the forwarder's address on it (`None`: the
@@ -51,7 +49,6 @@ impl Docker {
     ) -> Result<Vec<Published>> {
         let image = self.ensure_image(&spec.image, progress).await?;
         self.docker_remove_forwarder_container(&spec.container).await?;
-        self.ensure_own_network(spec).await?;
         let api = self.api().await?;
         let target = match spec.target {
             Some(t) => t,
@@ -136,25 +133,6 @@ impl Docker {
                 Error::conflict(format!("container {container} has no address on network {network}: it is not running"))
                     .hint("start the sandbox first (`forage-ctl start NAME`)")
             })
-    }
-
-    async fn ensure_own_network(&self, spec: &ForwarderSpec) -> Result<()> {
-        let api = self.api().await?;
-        match api.inspect_network(&spec.network, None::<InspectNetworkOptions>).await {
-            Ok(_) => return Ok(()),
-            Err(e) if is_docker_not_found(&e) => {}
-            Err(e) => return Err(Error::docker(format!("inspecting network {}", spec.network), e)),
-        }
-        let request = NetworkCreateRequest {
-            name: spec.network.clone(),
-            driver: Some("bridge".into()),
-            labels: Some(spec.labels.clone()),
-            ..Default::default()
-        };
-        api.create_network(request)
-            .await
-            .map(|_| ())
-            .map_err(|e| Error::docker(format!("creating network {}", spec.network), e))
     }
 
     async fn docker_remove_forwarder_container(&self, name: &str) -> Result<()> {

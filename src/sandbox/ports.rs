@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::names::SandboxName;
 use crate::ports::{forwarder_name, PortSpec, Published};
 use crate::record::{Record, Step};
+use crate::runtime::egress::NetworkSpec;
 use crate::runtime::forwarder::ForwarderSpec;
 use crate::runtime::{HostImage, ImageSource, Network, Runtime};
 
@@ -106,6 +107,7 @@ impl<R: Runtime> Engine<R> {
             self.begin(record, step)?;
         }
         self.step(&format!("publishing ports with {name}"));
+        self.make_forwarder_network(record).await?;
         let spec = self.forwarder_spec(record, wanted)?;
         match self.runtime.ensure_forwarder(&spec, self.progress.as_ref()).await {
             Ok(published) => {
@@ -118,6 +120,41 @@ impl<R: Runtime> Engine<R> {
                 Err(e)
             }
         }
+    }
+
+    /// The forwarder's own network, unless it exists: a /29 of
+    /// `PORTS_RANGE`, with only the forwarder on it.
+    async fn make_forwarder_network(&self, record: &Record) -> Result<()> {
+        use crate::ports::{PORTS_RANGE, PORTS_SUBNET_BITS};
+        let name = forwarder_name(&record.name);
+        let labels = HashMap::from([
+            (LABEL_PORTS_HOME.to_owned(), self.home.label()),
+            (LABEL_PORTS_SANDBOX.to_owned(), record.name.to_string()),
+        ]);
+        let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if self.runtime.networks(&filter).await?.iter().any(|(n, _)| *n == name) {
+            return Ok(());
+        }
+        // As for a sandbox's network: a subnet the engine refused (taken
+        // meanwhile, or still held by a network being removed) is skipped.
+        let mut refused = Vec::new();
+        for _ in 0..32 {
+            let mut used = self.runtime.used_subnets().await?;
+            used.extend_from_slice(&refused);
+            let Some(subnet) = crate::egress::subnet::free(PORTS_RANGE, PORTS_SUBNET_BITS, &used).next() else {
+                break;
+            };
+            let spec = NetworkSpec { name: name.clone(), subnet, internal: false, labels: labels.clone() };
+            if self.runtime.create_network(&spec).await? {
+                return Ok(());
+            }
+            refused.push(subnet);
+        }
+        Err(Error::other(format!(
+            "no free /{PORTS_SUBNET_BITS} found in {}/{} for the port forwarder's network {name}",
+            PORTS_RANGE.0, PORTS_RANGE.1
+        ))
+        .hint("remove sandboxes you no longer need (`forage-ctl down`), or networks left behind (`forage-ctl gc`)"))
     }
 
     fn forwarder_spec(&self, record: &Record, wanted: &[PortSpec]) -> Result<ForwarderSpec> {

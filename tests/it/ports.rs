@@ -163,6 +163,10 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
             assert!(get(at).is_err(), "{at} answers: published beyond loopback");
         }
     }
+    // Its own network is carved from forage's range, not Docker's pools.
+    let network = block_on(docker().inspect_network(&format!("forage-{a}-Ports"), None)).unwrap();
+    let subnet = network.ipam.and_then(|i| i.config).and_then(|c| c.first()?.subnet.clone()).unwrap_or_default();
+    assert!(subnet.starts_with("10.215.") && subnet.ends_with("/29"), "{subnet}");
     let forwarder = inspect(&format!("forage-{a}-Ports")).unwrap();
     let bindings = forwarder.host_config.and_then(|h| h.port_bindings).unwrap();
     for binding in bindings.values().flatten().flatten() {
@@ -234,5 +238,47 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     env.ok(&["gc", "--force"]);
     assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
     assert!(get(local(pa2[&4000])).is_err());
+    env.assert_nothing_left();
+}
+
+#[test]
+fn sixteen_sandboxes_serving_3000_at_once_get_sixteen_loopback_ports() {
+    let w = World::new();
+    let env = &w.env;
+    let serve = env.path("serve");
+    static_program(&crate::templates::write(&env.path("serve.c"), include_str!("fixtures/serve.c")), &serve);
+    let names: Vec<String> = (0..16).map(|i| env.unique(&format!("p{i}"))).collect();
+    let workspaces: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let ws = env.mkdir(&format!("ws-{n}"));
+            std::fs::copy(&serve, ws.join("serve")).unwrap();
+            std::fs::write(ws.join("id"), n).unwrap();
+            ws.display().to_string()
+        })
+        .collect();
+    // All sixteen `up`s at once, none naming a host port.
+    std::thread::scope(|s| {
+        for (name, ws) in names.iter().zip(&workspaces) {
+            s.spawn(move || env.ok(&["up", name, "--workspace", ws, "-t", "serve", "--publish", "3000"]));
+        }
+    });
+    let ports: Vec<u16> = names.iter().map(|n| w.ports(n)[&3000]).collect();
+    let mut distinct = ports.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 16, "host ports shared: {ports:?}");
+    let others = other_addresses();
+    for (name, port) in names.iter().zip(&ports) {
+        assert!(answers(*port, name));
+        for ip in &others {
+            let at = SocketAddr::new(IpAddr::V4(*ip), *port);
+            assert!(get(at).is_err(), "{at} answers: published beyond loopback");
+        }
+    }
+    let mut down = vec!["down"];
+    down.extend(names.iter().map(String::as_str));
+    env.ok(&down);
+    assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
     env.assert_nothing_left();
 }
