@@ -33,6 +33,10 @@ impl<R: Runtime> Engine<R> {
     pub async fn change_ports(&self, name: &SandboxName, change: PortChange) -> Result<Vec<Published>> {
         let _lock = self.lock_sandbox(name).await?;
         let mut record = self.record(name)?;
+        // A half-made sandbox's journal is `down`'s to finish, not ours to extend.
+        if record.state != crate::record::RecordState::Ready {
+            return Err(super::lifecycle::half_made(name));
+        }
         let mut wanted: Vec<PortSpec> =
             record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
         match change {

@@ -218,6 +218,12 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     let err = env.fails(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--publish", &format!("{port}:3000")], 4);
     assert!(err.contains(&format!("host port {port}")), "{err}");
     assert!(env.run(&["status", &c]).status.code() == Some(3), "a failed up left its sandbox");
+    let rolled_back = format!("forage-{c}-Ports");
+    assert!(inspect(&rolled_back).is_none(), "a failed up left its forwarder");
+    assert!(
+        block_on(docker().inspect_network(&rolled_back, None)).is_err(),
+        "a failed up left its forwarder's network"
+    );
     drop(taken);
 
     // network: none has nothing to publish on.
