@@ -181,7 +181,12 @@ fn container_config(spec: &ForwarderSpec, image: &str, target: Ipv4Addr) -> Cont
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
         // Ports under 1024 without a capability: it runs as the user.
-        sysctls: Some(HashMap::from([("net.ipv4.ip_unprivileged_port_start".to_owned(), "1".to_owned())])),
+        // And never a router between a restricted sandbox's internal network
+        // and its own (a new namespace inherits the host's forwarding).
+        sysctls: Some(HashMap::from([
+            ("net.ipv4.ip_unprivileged_port_start".to_owned(), "1".to_owned()),
+            ("net.ipv4.ip_forward".to_owned(), "0".to_owned()),
+        ])),
         memory: Some(64 << 20),
         pids_limit: Some(64),
         restart_policy: Some(RestartPolicy {
