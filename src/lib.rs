@@ -10,6 +10,7 @@ pub mod error;
 pub mod host_paths;
 pub mod inside;
 pub mod names;
+pub mod ports;
 pub mod progress;
 pub mod record;
 pub mod runtime;

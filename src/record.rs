@@ -43,6 +43,9 @@ pub enum Step {
     /// `network: restricted`: the sandbox's own network named `name` (the
     /// egress proxy joined to it, the proxy's map naming it).
     Network { name: String },
+    /// Published ports: the forwarder container and its network, both named
+    /// `name` (see crate::ports).
+    Forwarder { name: String },
 }
 
 impl Step {
@@ -63,7 +66,12 @@ impl Step {
             Step::GitWorktree => Some(Part::GitWorktree),
             Step::PrivateRepo => Some(Part::PrivateRepo),
             Step::JjWorkspace => Some(Part::JjRepository),
-            Step::Secrets | Step::Container { .. } | Step::AgentState | Step::LoginDir | Step::Network { .. } => None,
+            Step::Secrets
+            | Step::Container { .. }
+            | Step::AgentState
+            | Step::LoginDir
+            | Step::Network { .. }
+            | Step::Forwarder { .. } => None,
         }
     }
 
@@ -79,6 +87,7 @@ impl Step {
             Step::AgentState => "agent-state",
             Step::LoginDir => "login-dir",
             Step::Network { .. } => "network",
+            Step::Forwarder { .. } => "forwarder",
         }
     }
 }
@@ -100,6 +109,9 @@ pub struct UpOptions {
     /// allow file (for `network: restricted`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<crate::egress::policy::Pattern>,
+    /// `--publish [HOSTPORT:]PORT`, as asked at `up`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<crate::ports::PortSpec>,
     #[serde(default)]
     pub memory: Option<Memory>,
     #[serde(default)]
@@ -230,6 +242,12 @@ pub struct Record {
     /// `network: restricted`: the sandbox's network and its allowlist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressRecord>,
+    /// The network it was made with (records of an older forage have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::runtime::Network>,
+    /// Its published ports as they are: host port on 127.0.0.1 for each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<crate::ports::Published>,
 }
 
 /// A restricted sandbox's own network (a subnet forage picked), the

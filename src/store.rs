@@ -591,6 +591,8 @@ mod tests {
             journal: vec![],
             pins: vec![],
             egress: None,
+            network: None,
+            ports: Vec::new(),
             stopped_at: None,
             toolchain: None,
         }

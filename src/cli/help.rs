@@ -9,7 +9,7 @@ const GROUPS: [(&str, &[&str]); 4] = [
         "Lifecycle",
         &[
             "up", "list", "status", "exec", "shell", "attach", "logs", "wait", "start", "stop", "restart", "reset",
-            "down", "restore",
+            "port", "down", "restore",
         ],
     ),
     ("Review and land", &["sync", "diff", "log", "merge", "update", "apply", "path", "checkout"]),

@@ -18,6 +18,8 @@ mod logs;
 mod next;
 mod pager;
 mod path;
+mod port;
+mod port_forward;
 mod printer;
 mod render;
 mod reset;
@@ -145,6 +147,10 @@ pub enum Command {
     /// --all: every one; --next: the next not yet reported (10: none left).
     #[command(after_help = "Example: forage-ctl wait agent-a agent-b --until idle --timeout 1h")]
     Wait(wait::WaitArgs),
+    /// The ports a sandbox publishes on the host's 127.0.0.1; `add`/`rm` change
+    /// them on a running sandbox (its container stays).
+    #[command(after_help = "Example: forage-ctl port agent-a add 3000")]
+    Port(port::PortArgs),
     /// Print the sandbox's workspace directory on the host, from forage's record.
     #[command(after_help = "Example: cd \"$(forage-ctl path agent-a)\"")]
     Path(NameArg),
@@ -187,6 +193,10 @@ pub enum Command {
         after_help = "Example: forage-ctl egress-proxy --listen 0.0.0.0:3128 --policy /forage-egress/policy --log /forage-egress/log"
     )]
     EgressProxy(egress_proxy::EgressProxyArgs),
+    /// The forwarder of a sandbox's published ports, as forage runs it in its
+    /// own container (not for running by hand).
+    #[command(hide = true, after_help = "Example: forage-ctl port-forward --forward 3000=10.0.0.3:3000")]
+    PortForward(port_forward::PortForwardArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -285,6 +295,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Apply(args) => review::apply(&ctx, args).await,
         Command::Wait(args) => wait::run(&ctx, args).await,
         Command::Path(args) => path::run(&ctx, args).await,
+        Command::Port(args) => port::run(&ctx, args).await,
         Command::Checkout(args) => path::checkout(&ctx, args).await,
         Command::Archives(args) => archives::run(&ctx, args).await,
         Command::Down(args) => down::run(&ctx, args).await,
@@ -296,5 +307,6 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
         Command::EgressProxy(args) => egress_proxy::run(args).await,
+        Command::PortForward(args) => port_forward::run(args).await,
     }
 }

@@ -157,4 +157,7 @@ fn network_lines(ctx: &Ctx, s: &SandboxStatus) {
     } else if let Some(network) = s.record.options.network {
         line("network", network.as_str().to_owned());
     }
+    for p in &s.record.ports {
+        line("port", format!("{} -> 127.0.0.1:{}", p.port, p.host_port));
+    }
 }

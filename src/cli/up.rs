@@ -79,6 +79,10 @@ pub struct UpArgs {
     /// IPv4 address; `:PORT` pins a port, else 80 and 443). Repeatable.
     #[arg(long = "allow", value_name = "HOST[:PORT]")]
     pub allow: Vec<String>,
+    /// Publish the sandbox's PORT on the host's 127.0.0.1 only, at HOSTPORT
+    /// (else a free port forage picks). Repeatable.
+    #[arg(long = "publish", short = 'p', value_name = "[HOSTPORT:]PORT")]
+    pub publish: Vec<crate::ports::PortSpec>,
     /// Memory limit, e.g. 2g.
     #[arg(long)]
     pub memory: Option<String>,
@@ -149,6 +153,7 @@ impl UpArgs {
             secrets: self.secrets,
             network: self.network.map(|n| n.parse::<Network>()).transpose().map_err(Error::usage)?,
             allow: self.allow,
+            publish: self.publish,
             memory: self.memory,
             cpus: self.cpus,
             read_only: self.read_only,

@@ -30,3 +30,5 @@ pub const SANDBOX_SUBNET_BITS: u8 = 28;
 pub const OUTSIDE_SUBNET_BITS: u8 = 24;
 pub const PROXY_HOST: u32 = 2;
 pub const SANDBOX_HOST: u32 = 3;
+/// The sandbox's port forwarder (`crate::ports`), when it publishes ports.
+pub const FORWARDER_HOST: u32 = 4;

@@ -207,6 +207,8 @@ pub fn always_refused(ip: Ipv4Addr) -> Option<&'static str> {
         Some("a multicast, broadcast or reserved address")
     } else if in_range(ip, SANDBOX_RANGE) {
         Some("an address of forage's sandbox networks")
+    } else if in_range(ip, crate::ports::PORTS_RANGE) {
+        Some("an address of forage's port forwarders")
     } else {
         None
     }
@@ -290,7 +292,7 @@ mod tests {
         assert!(reachable(ip("10.214.0.5"), Match::Glob).is_err());
         assert!(reachable(ip("169.254.169.254"), Match::Glob).is_err());
         assert!(reachable(ip("93.184.216.34"), Match::Glob).is_ok());
-        for never in ["127.0.0.1", "0.0.0.0", "10.213.4.3", "224.0.0.1", "255.255.255.255"] {
+        for never in ["127.0.0.1", "0.0.0.0", "10.213.4.3", "10.215.0.2", "224.0.0.1", "255.255.255.255"] {
             assert!(reachable(ip(never), Match::Exact).is_err(), "{never}");
         }
     }

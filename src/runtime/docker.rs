@@ -654,6 +654,18 @@ impl Runtime for Docker {
         self.docker_container_exists(name).await
     }
 
+    async fn ensure_forwarder(
+        &self,
+        spec: &super::forwarder::ForwarderSpec,
+        progress: &dyn Progress,
+    ) -> Result<Vec<crate::ports::Published>> {
+        self.docker_ensure_forwarder(spec, progress).await
+    }
+
+    async fn remove_forwarder(&self, container: &str, network: &str) -> Result<()> {
+        self.docker_remove_forwarder(container, network).await
+    }
+
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {
         let filters = HashMap::from([(
             "label".to_string(),

@@ -7,6 +7,7 @@ pub mod docker;
 pub mod dockerfile;
 pub mod egress;
 pub mod engine_choice;
+pub mod forwarder;
 pub mod image;
 mod image_archive;
 pub mod seccomp;
@@ -464,6 +465,22 @@ pub trait Runtime: Send + Sync + 'static {
     }
     fn container_exists(&self, _name: &str) -> impl Future<Output = Result<bool>> + Send {
         async { Ok(false) }
+    }
+
+    // Published ports (`crate::ports`). The defaults are a runtime that
+    // cannot publish: it refuses, and has no forwarder to remove.
+
+    /// Replaces the sandbox's forwarder with one publishing `spec.ports`.
+    fn ensure_forwarder(
+        &self,
+        _spec: &forwarder::ForwarderSpec,
+        _progress: &dyn Progress,
+    ) -> impl Future<Output = Result<Vec<crate::ports::Published>>> + Send {
+        async { Err(crate::error::Error::other("this container runtime cannot publish ports")) }
+    }
+    /// Removes the forwarder's container, then its network.
+    fn remove_forwarder(&self, _container: &str, _network: &str) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
     }
 }
 

@@ -169,11 +169,13 @@ impl<R: Runtime> Engine<R> {
         self.kill_point("removed-container");
         // The sandbox's network goes with its container: nothing is on it any
         // more but the proxy, which the map no longer sends anything to.
+        // So does its port forwarder (and the forwarder's network).
         let (networks, parts): (Vec<&Step>, Vec<&Step>) =
-            parts.into_iter().partition(|s| matches!(s, Step::Network { .. }));
+            parts.into_iter().partition(|s| matches!(s, Step::Network { .. } | Step::Forwarder { .. }));
         for step in networks {
-            if let Step::Network { name } = step {
-                self.remove_egress(record, name).await?;
+            match step {
+                Step::Network { name } => self.remove_egress(record, name).await?,
+                _ => step.undo(record, self.runtime.as_ref(), &scope).await?,
             }
             self.forget_step(&mut left, step)?;
         }

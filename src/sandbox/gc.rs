@@ -41,6 +41,8 @@ pub enum Kind {
     StaleTempFile,
     /// A restricted sandbox's network that no record owns.
     OrphanNetwork,
+    /// A sandbox's port forwarder (and its network) whose sandbox has no record.
+    OrphanForwarder,
     /// The egress proxy (and its network), with no restricted sandbox left.
     UnusedProxy,
 }
@@ -58,6 +60,7 @@ impl std::fmt::Display for Kind {
             Kind::StaleLock => "stale-lock",
             Kind::StaleTempFile => "stale-temp-file",
             Kind::OrphanNetwork => "orphan-network",
+            Kind::OrphanForwarder => "orphan-forwarder",
             Kind::UnusedProxy => "unused-proxy",
         })
     }
@@ -123,6 +126,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.orphan_secrets(&seen, force).await?);
         findings.extend(self.orphan_agent_state(&seen, force).await?);
         findings.extend(self.gc_egress(|n| seen.had_record(n), force).await?);
+        findings.extend(self.gc_forwarders(|n| seen.had_record(n), force).await?);
         findings.extend(self.stale_files(force).await?);
         Ok(findings)
     }
@@ -359,6 +363,8 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         journal,
         pins: Vec::new(),
         egress: None,
+        network: None,
+        ports: Vec::new(),
         stopped_at: None,
         toolchain: None,
     }

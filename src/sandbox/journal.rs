@@ -19,6 +19,7 @@ impl Step {
                 Step::Container { name } => runtime.remove(name).await,
                 // The engine's `remove_egress` also drops it from the proxy's map first.
                 Step::Network { name } => runtime.remove_network(name).await,
+                Step::Forwarder { name } => runtime.remove_forwarder(name, name).await,
                 Step::Secrets => {
                     let (dir, owner) = (scope.secrets_dir.join(record.name.as_str()), scope.secrets_dir.clone());
                     super::blocking(move || {

@@ -97,14 +97,14 @@ impl<R: Runtime> Engine<R> {
 
     pub async fn start(&self, name: &SandboxName) -> Result<()> {
         let _lock = self.lock_sandbox(name).await?;
-        let (record, mounts) = self.ready_record(name).await?;
+        let (mut record, mounts) = self.ready_record(name).await?;
         self.step(&format!("starting {name}"));
         if let Err(e) = self.start_agent(&record, &mounts).await {
             // The agent's launcher would wait for init forever: stop it instead.
             self.runtime.stop(&record.container, record.stop_timeout).await?;
             return Err(e);
         }
-        Ok(())
+        self.refresh_ports(&mut record).await
     }
 
     pub async fn stop(&self, name: &SandboxName) -> Result<()> {

@@ -83,6 +83,7 @@ impl ContainerPlan {
         }
         let network = options.network.unwrap_or(t.network);
         let allow = super::egress::allowlist(template, options, network, settings)?;
+        crate::ports::check_publish(&options.publish, network)?;
         let (image, toolchain, warnings) = image_source(template, options, settings, identity, toolchain)?;
         let project_env = toolchain.as_ref().map(|tc| tc.env.clone()).unwrap_or_default();
         let mut init = toolchain.as_ref().map(|tc| tc.init.clone()).unwrap_or_default();

@@ -106,6 +106,9 @@ pub struct SandboxRow {
     pub agent: Option<Activity>,
     /// The agent's exit code, once it exited.
     pub exit_code: Option<i64>,
+    /// Its published ports (`up --publish`, `port`): host port on 127.0.0.1 for each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<crate::ports::Published>,
     /// Commits of the agent's since the base, synced or not (jj: changes, as
     /// of the last sync) (`list` only; `null` for a direct workspace, and
     /// when it cannot be known without a sync: see `ahead_unknown`).
@@ -139,6 +142,7 @@ impl SandboxRow {
             record_problem: None,
             agent: None,
             exit_code: None,
+            ports: r.ports.clone(),
             ahead: None,
             ahead_at_least: false,
             ahead_unknown: None,
@@ -172,6 +176,7 @@ impl SandboxRow {
             record_problem: None,
             agent: None,
             exit_code: None,
+            ports: Vec::new(),
             ahead: None,
             ahead_at_least: false,
             ahead_unknown: None,

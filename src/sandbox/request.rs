@@ -48,6 +48,8 @@ pub struct UpSpec {
     pub network: Option<Network>,
     /// `--allow HOST[:PORT]`, as given.
     pub allow: Vec<String>,
+    /// `--publish [HOSTPORT:]PORT`.
+    pub publish: Vec<crate::ports::PortSpec>,
     pub memory: Option<String>,
     pub cpus: Option<f64>,
     pub read_only: bool,
@@ -191,6 +193,7 @@ impl<R: Runtime> Engine<R> {
                 .iter()
                 .map(|a| a.parse().map_err(|why| Error::usage(format!("--allow: {why}"))))
                 .collect::<Result<_>>()?,
+            publish: spec.publish,
             memory,
             cpus: spec.cpus,
             read_only: spec.read_only,

@@ -75,6 +75,7 @@ impl<R: Runtime> Engine<R> {
                 .hint_run("fix the cause and run {command} again", ["reset", name.as_str()])
                 .hint_run("or remove the sandbox with {command}", ["down", name.as_str()]));
         }
+        self.refresh_ports(&mut record).await?;
         self.progress.finish();
         Ok(record)
     }

@@ -154,6 +154,7 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         env: Vec::new(),
         secrets: Vec::new(),
         allow: Vec::new(),
+        publish: Vec::new(),
         network: None,
         memory: None,
         cpus: None,

@@ -56,6 +56,8 @@ impl<R: Runtime> Engine<R> {
             stopped_at: None,
             toolchain: built_toolchain(&req.plan, &image),
             egress: None,
+            network: Some(req.plan.network),
+            ports: Vec::new(),
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -149,6 +151,10 @@ impl<R: Runtime> Engine<R> {
         self.give_agent_state(record, state).await?;
         if how.start {
             self.start_agent(record, &mounts).await?;
+        }
+        if !record.options.publish.is_empty() {
+            let wanted = record.options.publish.clone();
+            self.publish(record, &wanted).await?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;

@@ -28,6 +28,7 @@ mod merge_conflicts;
 mod network;
 mod next_step;
 mod output;
+mod ports;
 mod real_agent;
 mod reset;
 mod restore_review;

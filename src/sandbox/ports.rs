@@ -1,0 +1,243 @@
+//! Published ports in the sandbox engine: the set a sandbox publishes
+//! (`up --publish`, `port NAME add|rm`), carried out by its forwarder
+//! (`crate::ports`), journaled before it is made and recorded with the host
+//! port each got. Changing the set replaces the forwarder, never the
+//! sandbox's container.
+
+use std::collections::HashMap;
+
+use super::Engine;
+use crate::egress::subnet::Subnet;
+use crate::error::{Error, Result};
+use crate::names::SandboxName;
+use crate::ports::{forwarder_name, PortSpec, Published};
+use crate::record::{Record, Step};
+use crate::runtime::egress::NetworkSpec;
+use crate::runtime::forwarder::ForwarderSpec;
+use crate::runtime::{HostImage, ImageSource, Network, Runtime};
+
+/// Labels of the forwarder's container and network: not `forage.home`,
+/// which marks sandbox containers (`list`, `gc`'s orphans).
+pub const LABEL_PORTS_HOME: &str = "forage.ports.home";
+pub const LABEL_PORTS_SANDBOX: &str = "forage.ports.sandbox";
+
+/// A change to a sandbox's published ports.
+#[derive(Debug, Clone)]
+pub enum PortChange {
+    Add(PortSpec),
+    Remove(PortSpec),
+}
+
+impl<R: Runtime> Engine<R> {
+    /// `port NAME add|rm`: the sandbox's published ports after the change.
+    pub async fn change_ports(&self, name: &SandboxName, change: PortChange) -> Result<Vec<Published>> {
+        let _lock = self.lock_sandbox(name).await?;
+        let mut record = self.record(name)?;
+        // A half-made sandbox's journal is `down`'s to finish, not ours to extend.
+        if record.state != crate::record::RecordState::Ready {
+            return Err(super::lifecycle::half_made(name));
+        }
+        let mut wanted: Vec<PortSpec> =
+            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        match change {
+            PortChange::Add(spec) => {
+                if let Some(p) = record.ports.iter().find(|p| p.port == spec.port) {
+                    return Err(Error::conflict(format!(
+                        "port {} of sandbox {name} is published already, at {p}",
+                        spec.port
+                    ))
+                    .hint_run(
+                        "{command} first to publish it elsewhere",
+                        ["port", name.as_str(), "rm", &spec.port.to_string()],
+                    ));
+                }
+                wanted.push(spec);
+                crate::ports::check_publish(&wanted, network_of(&record))?;
+            }
+            PortChange::Remove(spec) => {
+                let before = wanted.len();
+                wanted.retain(|p| p.port != spec.port || spec.host.is_some_and(|h| Some(h) != p.host));
+                if wanted.len() == before {
+                    return Err(Error::not_found(format!("sandbox {name} does not publish {spec}"))
+                        .hint_run("{command} lists what it publishes", ["port", name.as_str()]));
+                }
+            }
+        }
+        let before: Vec<PortSpec> =
+            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        if let Err(e) = self.publish(&mut record, &wanted).await {
+            // The old forwarder is gone: bring back what was published (its
+            // host ports pinned), so that a refused change changes nothing.
+            if let Err(again) = self.publish(&mut record, &before).await {
+                return Err(e.with_note(format!("publishing the ports as they were failed too ({again})")));
+            }
+            return Err(e);
+        }
+        Ok(record.ports)
+    }
+
+    /// After a start or reset: the forwarder made again, on the same host
+    /// ports, for a `full` sandbox (the default bridge may have given its
+    /// container another address) and for one whose forwarder is gone. (A
+    /// restricted sandbox's address is forage's pick, and stays.)
+    pub(crate) async fn refresh_ports(&self, record: &mut Record) -> Result<()> {
+        if record.ports.is_empty() {
+            return Ok(());
+        }
+        if record.egress.is_some() && self.runtime.container_exists(&forwarder_name(&record.name)).await? {
+            return Ok(());
+        }
+        let wanted: Vec<PortSpec> =
+            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        self.publish(record, &wanted).await.map_err(|e| {
+            e.with_note(format!("sandbox {} runs, but its ports are not published", record.name))
+                .hint_run("{command} tries again", ["restart", record.name.as_str()])
+        })
+    }
+
+    /// Makes the sandbox's forwarder publish exactly `wanted` (none: removes
+    /// it), and records the host ports. `up --publish` and `port`.
+    pub(crate) async fn publish(&self, record: &mut Record, wanted: &[PortSpec]) -> Result<()> {
+        let name = forwarder_name(&record.name);
+        let step = Step::Forwarder { name: name.clone() };
+        if wanted.is_empty() {
+            self.runtime.remove_forwarder(&name, &name).await?;
+            record.ports.clear();
+            record.journal.retain(|s| s != &step);
+            return self.home.save(record);
+        }
+        crate::ports::check_publish(wanted, network_of(record))?;
+        if !record.journal.contains(&step) {
+            self.begin(record, step)?;
+        }
+        self.step(&format!("publishing ports with {name}"));
+        self.make_forwarder_network(record).await?;
+        let spec = self.forwarder_spec(record, wanted)?;
+        match self.runtime.ensure_forwarder(&spec, self.progress.as_ref()).await {
+            Ok(published) => {
+                record.ports = published;
+                self.home.save(record)
+            }
+            Err(e) => {
+                record.ports.clear();
+                self.home.save(record)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The forwarder's own network, unless it exists: a /29 of
+    /// `PORTS_RANGE`, with only the forwarder on it.
+    async fn make_forwarder_network(&self, record: &Record) -> Result<()> {
+        use crate::ports::{PORTS_RANGE, PORTS_SUBNET_BITS};
+        let name = forwarder_name(&record.name);
+        let labels = HashMap::from([
+            (LABEL_PORTS_HOME.to_owned(), self.home.label()),
+            (LABEL_PORTS_SANDBOX.to_owned(), record.name.to_string()),
+        ]);
+        let filter: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if self.runtime.networks(&filter).await?.iter().any(|(n, _)| *n == name) {
+            return Ok(());
+        }
+        // As for a sandbox's network: a subnet the engine refused (taken
+        // meanwhile, or still held by a network being removed) is skipped.
+        let mut refused = Vec::new();
+        for _ in 0..32 {
+            let mut used = self.runtime.used_subnets().await?;
+            used.extend_from_slice(&refused);
+            let Some(subnet) = crate::egress::subnet::free(PORTS_RANGE, PORTS_SUBNET_BITS, &used).next() else {
+                break;
+            };
+            let spec = NetworkSpec { name: name.clone(), subnet, internal: false, labels: labels.clone() };
+            if self.runtime.create_network(&spec).await? {
+                return Ok(());
+            }
+            refused.push(subnet);
+        }
+        Err(Error::other(format!(
+            "no free /{PORTS_SUBNET_BITS} found in {}/{} for the port forwarder's network {name}",
+            PORTS_RANGE.0, PORTS_RANGE.1
+        ))
+        .hint("remove sandboxes you no longer need (`forage-ctl down`), or networks left behind (`forage-ctl gc`)"))
+    }
+
+    fn forwarder_spec(&self, record: &Record, wanted: &[PortSpec]) -> Result<ForwarderSpec> {
+        let name = forwarder_name(&record.name);
+        // On a restricted sandbox's own network, at an address of its own;
+        // with `full`, on the default bridge, reaching the sandbox's address
+        // there as it is now.
+        let (sandbox_network, address, target) = match &record.egress {
+            Some(e) => {
+                let subnet = Subnet::parse(&e.subnet)
+                    .ok_or_else(|| Error::other(format!("the record's subnet {:?} is not one", e.subnet)))?;
+                (e.network.clone(), Some(subnet.host(crate::egress::FORWARDER_HOST)), Some(e.sandbox_address))
+            }
+            None => ("bridge".to_owned(), None, None),
+        };
+        let exe = std::env::current_exe().map_err(|e| Error::other(format!("finding forage-ctl's own binary: {e}")))?;
+        let (Some(dir), Some(program)) = (exe.parent(), exe.file_name().and_then(|n| n.to_str())) else {
+            return Err(Error::other(format!("forage-ctl's own binary {} has no name", exe.display())));
+        };
+        let label = self.home.label();
+        Ok(ForwarderSpec {
+            container: name.clone(),
+            network: name,
+            labels: HashMap::from([
+                (LABEL_PORTS_HOME.to_owned(), label),
+                (LABEL_PORTS_SANDBOX.to_owned(), record.name.to_string()),
+            ]),
+            sandbox_network,
+            address,
+            target,
+            sandbox_container: record.container.clone(),
+            // The egress proxy's image: forage-ctl itself, built offline.
+            image: ImageSource::Host {
+                template: "egress-proxy".into(),
+                spec: HostImage { tools: vec![program.to_owned()], require: vec![program.to_owned()] },
+                tool_dirs: vec![dir.to_path_buf()],
+                identity: self.identity,
+            },
+            program: program.to_owned(),
+            ports: wanted.to_vec(),
+        })
+    }
+}
+
+impl<R: Runtime> Engine<R> {
+    /// `gc`: forwarders of this FORAGE_HOME whose sandbox has no record
+    /// (found by their network, which is made before the container and
+    /// removed after it).
+    pub(crate) async fn gc_forwarders(
+        &self,
+        had_record: impl Fn(&SandboxName) -> bool,
+        force: bool,
+    ) -> Result<Vec<super::gc::Finding>> {
+        use super::gc::{Finding, Kind};
+        let mut findings = Vec::new();
+        let networks = self.runtime.networks(&[format!("{LABEL_PORTS_HOME}={}", self.home.label())]).await?;
+        for (network, labels) in networks {
+            let Some(Ok(name)) = labels.get(LABEL_PORTS_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
+            if had_record(&name) || network != forwarder_name(&name) {
+                continue;
+            }
+            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
+            if self.home.record_exists(&name) {
+                continue;
+            }
+            let why = format!("the port forwarder of sandbox {name}, which has no record");
+            let finding = Finding::new(Kind::OrphanForwarder, network.clone(), why, "remove its container and network");
+            findings.push(finding.act(force, self.runtime.remove_forwarder(&network, &network)).await);
+        }
+        Ok(findings)
+    }
+}
+
+/// The sandbox's network: as recorded, else (an older forage's record)
+/// restricted if it has an egress network, else full.
+fn network_of(record: &Record) -> Network {
+    match (&record.network, &record.egress) {
+        (Some(n), _) => *n,
+        (None, Some(_)) => Network::Restricted,
+        (None, None) => Network::Full,
+    }
+}
