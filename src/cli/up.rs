@@ -204,6 +204,9 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     }
     if let Some(toolchain) = request.toolchain() {
         ctx.out.status(format!("toolchain: {toolchain}"));
+        if request.plan.network != Network::None {
+            offer_forward_ports(ctx, &request.name, toolchain, &request.options.publish);
+        }
     }
     let started = request.start;
     ctx.cancel_on_signals();
@@ -233,6 +236,32 @@ fn warn_root_on_a_users_checkout(ctx: &Ctx, args: &UpArgs, identity: crate::runt
     ctx.out.hint_text(
         "run forage-ctl as the checkout's owner (a member of the docker group) to give the agent that user's uid",
     );
+}
+
+/// The ports the project's devcontainer.json forwards, offered, not
+/// published: serving a port is the user's choice, never the repository's.
+fn offer_forward_ports(
+    ctx: &Ctx,
+    name: &SandboxName,
+    toolchain: &crate::toolchain::Toolchain,
+    published: &[crate::ports::PortSpec],
+) {
+    use crate::toolchain::ForwardPort;
+    let offered: Vec<String> = toolchain
+        .forward_ports
+        .iter()
+        .filter_map(|p| match p {
+            ForwardPort::Port(port) if !published.iter().any(|s| s.port == *port) => Some(port.to_string()),
+            _ => None,
+        })
+        .collect();
+    if offered.is_empty() {
+        return;
+    }
+    ctx.out.hint_text(&format!(
+        "the project's devcontainer.json forwards port {}: `forage-ctl port {name} add PORT` serves one on 127.0.0.1 (or `up --publish PORT`)",
+        offered.join(", ")
+    ));
 }
 
 /// The user's uncommitted changes: left out (the agent starts from HEAD and

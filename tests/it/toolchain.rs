@@ -86,6 +86,10 @@ fn a_devcontainer_toolchain_reaches_the_agent_and_the_agents_edits_to_it_change_
         stderr.contains("toolchain: .devcontainer/devcontainer.json (build .devcontainer/Dockerfile)"),
         "up says which toolchain it used: {stderr}"
     );
+    assert!(
+        stderr.contains(&format!("forwards port 3000: `forage-ctl port {a} add PORT`")),
+        "up offers the project's forwardPorts: {stderr}"
+    );
     agent_sees_the_toolchain(&env, &a);
     let status = env.json(&["status", &a, "--json"]);
     assert_eq!(status["record"]["toolchain"]["source"], ".devcontainer/devcontainer.json", "{status}");
