@@ -349,13 +349,7 @@ impl<R: Runtime> Engine<R> {
             .await?;
         for (network, labels) in networks {
             let Some(Ok(name)) = labels.get(LABEL_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
-            if had_record(&name) {
-                continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            let Some(_lock) = self.lock_if_unowned(&name, had_record(&name))? else { continue };
             let why = format!("the network of sandbox {name}, which has no record");
             let finding = Finding::new(Kind::OrphanNetwork, network.clone(), why, "remove the network");
             findings.push(finding.act(force, self.runtime.remove_network(&network)).await);

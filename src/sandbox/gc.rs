@@ -116,6 +116,20 @@ impl Seen {
 }
 
 impl<R: Runtime> Engine<R> {
+    /// The lock of sandbox `name` when no record owns it: `had_record` (what
+    /// gc saw when it started), then the record looked for again under the
+    /// lock, which `up` takes before its record exists, so a sandbox being
+    /// made right now is never taken for an orphan. `None`: owned, or busy.
+    pub(crate) fn lock_if_unowned(&self, name: &SandboxName, had_record: bool) -> Result<Option<crate::store::Lock>> {
+        if had_record {
+            return Ok(None);
+        }
+        match self.home.try_lock_sandbox(name)? {
+            Some(_) if self.home.record_exists(name) => Ok(None),
+            lock => Ok(lock),
+        }
+    }
+
     pub async fn gc(&self, force: bool) -> Result<Vec<Finding>> {
         let (records, bad) = self.home.load_all()?;
         let seen = Seen { records, bad, containers: self.runtime.list(&self.home.label()).await? };
@@ -165,13 +179,7 @@ impl<R: Runtime> Engine<R> {
         let mut findings = Vec::new();
         for c in &seen.containers {
             let Ok(name) = SandboxName::parse(&c.sandbox) else { continue };
-            if seen.had_record(&name) {
-                continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            let Some(_lock) = self.lock_if_unowned(&name, seen.had_record(&name))? else { continue };
             let why = format!("labelled as sandbox {} of this FORAGE_HOME, which has no record", c.sandbox);
             let finding = Finding::new(Kind::OrphanContainer, c.name.clone(), why, "remove the container");
             findings.push(finding.act(force, self.runtime.remove(&c.name)).await);
@@ -191,13 +199,7 @@ impl<R: Runtime> Engine<R> {
         names.dedup();
         let mut findings = Vec::new();
         for name in names {
-            if seen.had_record(&name) {
-                continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            let Some(_lock) = self.lock_if_unowned(&name, seen.had_record(&name))? else { continue };
             findings.push(self.orphan_workspace(&name, force).await);
         }
         Ok(findings)
@@ -212,13 +214,7 @@ impl<R: Runtime> Engine<R> {
             let Some(name) = dir.file_name().and_then(|n| n.to_str()).and_then(|n| SandboxName::parse(n).ok()) else {
                 continue;
             };
-            if seen.had_record(&name) {
-                continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            let Some(_lock) = self.lock_if_unowned(&name, seen.had_record(&name))? else { continue };
             let finding = Finding::new(
                 Kind::OrphanSecrets,
                 dir.display().to_string(),
@@ -239,13 +235,7 @@ impl<R: Runtime> Engine<R> {
         for file in list_dir(&self.home.root().join("agent-state/sandboxes")) {
             let name = file.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json"));
             let Some(name) = name.and_then(|n| SandboxName::parse(n).ok()) else { continue };
-            if seen.had_record(&name) {
-                continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            let Some(_lock) = self.lock_if_unowned(&name, seen.had_record(&name))? else { continue };
             let finding = Finding::new(
                 Kind::OrphanAgentState,
                 file.display().to_string(),

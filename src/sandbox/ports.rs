@@ -217,13 +217,10 @@ impl<R: Runtime> Engine<R> {
         let networks = self.runtime.networks(&[format!("{LABEL_PORTS_HOME}={}", self.home.label())]).await?;
         for (network, labels) in networks {
             let Some(Ok(name)) = labels.get(LABEL_PORTS_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
-            if had_record(&name) || network != forwarder_name(&name) {
+            let Some(_lock) = self.lock_if_unowned(&name, had_record(&name) || network != forwarder_name(&name))?
+            else {
                 continue;
-            }
-            let Some(_lock) = self.home.try_lock_sandbox(&name)? else { continue };
-            if self.home.record_exists(&name) {
-                continue;
-            }
+            };
             let why = format!("the port forwarder of sandbox {name}, which has no record");
             let finding = Finding::new(Kind::OrphanForwarder, network.clone(), why, "remove its container and network");
             findings.push(finding.act(force, self.runtime.remove_forwarder(&network, &network)).await);
