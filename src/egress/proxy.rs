@@ -204,6 +204,23 @@ fn denial(sandbox: &str, host: &Host, port: u16, why: &str) -> String {
 
 /// Decides on `host:port` for `sandbox` and connects to it: the upstream
 /// stream, or the status and text to answer with (a refusal logged).
+/// `open`, or the refusal answered to the client (`None`: nothing more to do).
+async fn open_or_answer(
+    state: &State,
+    sandbox: &Entry,
+    client: &mut TcpStream,
+    host: &Host,
+    port: u16,
+) -> Option<TcpStream> {
+    match open(state, sandbox, host, port).await {
+        Ok(upstream) => Some(upstream),
+        Err((status, text)) => {
+            let _ = respond(client, status, &text).await;
+            None
+        }
+    }
+}
+
 async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<TcpStream, (u16, String)> {
     let decide = |allowed: bool, reason: Option<String>| Decision {
         time: now(),
@@ -262,13 +279,7 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         let _ = respond(&mut client, 400, &format!("forage: {:?} is not HOST:PORT\n", request.target)).await;
         return;
     };
-    let mut upstream = match open(state, sandbox, &host, port).await {
-        Ok(s) => s,
-        Err((status, text)) => {
-            let _ = respond(&mut client, status, &text).await;
-            return;
-        }
-    };
+    let Some(mut upstream) = open_or_answer(state, sandbox, &mut client, &host, port).await else { return };
     if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_err() {
         return;
     }
@@ -335,13 +346,7 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         let _ = respond(&mut client, 400, &format!("forage: {authority:?} is not a host\n")).await;
         return;
     };
-    let mut upstream = match open(state, sandbox, &host, port).await {
-        Ok(s) => s,
-        Err((status, text)) => {
-            let _ = respond(&mut client, status, &text).await;
-            return;
-        }
-    };
+    let Some(mut upstream) = open_or_answer(state, sandbox, &mut client, &host, port).await else { return };
     state.log(Decision {
         time: now(),
         sandbox: sandbox.name.clone(),
