@@ -69,6 +69,17 @@ fn wait_for_token(env: &Env, name: &str, want: &str) {
     assert!(eventually(30, || seen() == want), "sandbox {name} holds {:?}, not {want:?}", seen());
 }
 
+/// forage-ctl `args` (a `login`) with `typed` on its stdin, which then
+/// closes; it must succeed.
+fn login_typing(env: &Env, args: &[&str], typed: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = env.cmd(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(typed.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    out
+}
+
 fn up(env: &Env, name: &str, ws: &Path, extra: &[&str]) {
     let mut args = vec!["up", name, "-t", "fake", "--workspace", ws.to_str().unwrap()];
     args.extend(extra);
@@ -192,19 +203,7 @@ fn login_runs_the_agents_login_and_leaves_nothing_behind() {
     let out = env.run(&["login", "--list"]);
     assert!(out.status.success() && out.stdout.is_empty(), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no agent logins or state are stored"), "{}", describe(&out));
-    let mut child = env
-        .cmd(&["login", "fake", "--profile", "me"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"41\n").unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    let out = login_typing(&env, &["login", "fake", "--profile", "me"], "41\n");
     assert!(String::from_utf8_lossy(&out.stdout).contains("logged in"), "{}", describe(&out));
     assert_eq!(token(&env, "me").as_deref(), Some("token-41"));
     // Nothing of the throwaway sandbox is left: container, workspace, record.
@@ -441,13 +440,7 @@ fn a_login_stands_in_for_the_templates_key() {
     assert!(err.contains("forage-ctl login keyedfake --profile w`"), "{err}");
     env.assert_nothing_left_but_state();
 
-    let mut child = env.cmd(&["login", "keyedfake"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"7\n").unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
+    login_typing(&env, &["login", "keyedfake"], "7\n");
 
     // Logged in: no key needed, and the agent has no key variable at all.
     env.ok(&["up", &name, "-t", "keyedfake", "--workspace", ws.to_str().unwrap()]);
