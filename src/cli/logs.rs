@@ -52,13 +52,15 @@ async fn network(ctx: &Ctx, name: &SandboxName) -> Result<i32> {
         .data(format!("{:<8} {:<40} {:>6}  {:<20}  {:<20}  WHY", "DECISION", "DESTINATION", "COUNT", "FIRST", "LAST"));
     for d in &destinations {
         let decision = if d.allowed { "allowed" } else { "denied" };
-        let destination = format!("{}:{}", d.host, d.port);
+        // The host and the reason hold what the agent sent (a TLS server
+        // name is any UTF-8): escaped, so it cannot drive the user's terminal.
+        let destination = format!("{}:{}", super::render::shown(&d.host), d.port);
         ctx.out.data(format!(
             "{decision:<8} {destination:<40} {:>6}  {:<20}  {:<20}  {}",
             d.count,
             time(d.first),
             time(d.last),
-            d.reason.as_deref().unwrap_or("")
+            super::render::shown(d.reason.as_deref().unwrap_or(""))
         ));
     }
     Ok(0)

@@ -252,6 +252,10 @@ fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreacha
     };
     let (_, out) = w.sh(&name, &s_client("allowed.egress.test"));
     assert!(out.contains("BEGIN CERTIFICATE") && out.contains("exit=0"), "{out}");
+    // A server name holding a terminal escape: refused and logged
+    // (counted below), never replayed raw.
+    let (_, out) = w.sh(&name, &s_client("\"$(printf 'esc\\033[2Jape.test')\""));
+    assert!(!out.contains("exit=0"), "{out}");
     let (_, out) = w.sh(&name, &s_client("evil.test"));
     assert!(!out.contains("BEGIN CERTIFICATE") && !out.contains("exit=0"), "a mismatched SNI got through: {out}");
 
@@ -272,6 +276,9 @@ fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreacha
     let sni = find("allowed.egress.test", 443, false).unwrap_or_else(|| panic!("the SNI refusal is not logged: {log}"));
     assert!(str_of(&sni["reason"]).contains("evil.test"), "{sni}");
     let text = w.env.ok(&["logs", &name, "--network"]);
+    // Both refused tunnels reached the proxy: the escape's and evil.test's.
+    assert!(sni["count"].as_u64().unwrap() >= 2, "the escape's tunnel was not logged: {sni}");
+    assert!(!serde_json::to_string(&log).unwrap().contains("\\u001b") && !text.contains('\x1b'), "{text:?}");
     assert!(text.contains("denied   denied.egress.test:80"), "{text}");
 }
 
