@@ -150,7 +150,7 @@ pub(crate) fn inject_rules(
 /// forage's CA, where the template did not set it.
 fn trust_env(env: &mut Vec<String>) {
     let set = |env: &Vec<String>, var: &str| env.iter().any(|kv| kv.split('=').next() == Some(var));
-    for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"] {
+    for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"] {
         if !set(env, var) {
             env.push(format!("{var}={}", inject::BUNDLE_INSIDE));
         }
