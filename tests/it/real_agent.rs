@@ -289,6 +289,11 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
         "openai=env:OPENAI_API_KEY",
         "--env",
         &base,
+        // The stub is on a network of the test's own, which the template's
+        // default (`restricted`, the key injected over HTTPS by the egress
+        // proxy: tests/it/inject.rs) would not reach: the full network here.
+        "--network",
+        "full",
         "--no-start",
         "--task",
         "Change hello.txt so that it greets forage instead of the world.",
