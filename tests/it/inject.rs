@@ -33,27 +33,43 @@ inject:
 
 const API: &str = "api.inject.test";
 
-/// The test's CA and a certificate for the stub, made with the host's openssl.
-fn certificates(dir: &Path) {
+/// The test's CA (`ca.pem`) and a certificate for `host` signed by it
+/// (`server.pem`, `server.key`), made with the host's openssl.
+pub(crate) fn certificates(dir: &Path, host: &str) {
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
     let run = |args: &[&str]| {
         let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
         assert!(out.status.success(), "openssl {args:?}: {}", describe(&out));
     };
-    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=inject test CA", "-keyout", "ca.key", "-out", "ca.pem"];
+    let mut ca =
+        vec!["req", "-x509", "-days", "2", "-subj", "/CN=inject test CA", "-keyout", "ca.key", "-out", "ca.pem"];
     ca.extend(ec);
     ca.extend(["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"]);
     run(&ca);
-    let mut csr = vec!["req", "-subj", "/CN=api.inject.test", "-keyout", "server.key", "-out", "server.csr"];
+    let subject = format!("/CN={host}");
+    let mut csr = vec!["req", "-subj", &subject, "-keyout", "server.key", "-out", "server.csr"];
     csr.extend(ec);
     run(&csr);
-    std::fs::write(dir.join("ext"), "subjectAltName=DNS:api.inject.test\nextendedKeyUsage=serverAuth\n").unwrap();
+    std::fs::write(dir.join("ext"), format!("subjectAltName=DNS:{host}\nextendedKeyUsage=serverAuth\n")).unwrap();
     run(&[
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
-        "-out", "server.pem", "-extfile", "ext",
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "server.pem",
+        "-extfile",
+        "ext",
     ]);
     // The stub's python reads the key as another user may: world-readable here.
-    for f in ["server.key", "server.pem"] {
+    for f in ["server.key", "server.pem", "ca.pem"] {
         std::fs::set_permissions(dir.join(f), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     }
 }
@@ -152,7 +168,7 @@ fn the_proxy_sets_the_key_and_the_sandbox_never_holds_it() {
     let mut w = World::new();
     std::fs::write(w.env.path("config/forage/templates/inject.yaml"), TEMPLATE).unwrap();
     let certs = w.env.mkdir("certs");
-    certificates(&certs);
+    certificates(&certs, API);
     let real = format!("sk-real-{}", w.env.unique("key"));
     let key_file = w.env.path("anthropic-key");
     std::fs::write(&key_file, format!("{real}\n")).unwrap();
@@ -170,6 +186,8 @@ fn the_proxy_sets_the_key_and_the_sandbox_never_holds_it() {
     let allow: Vec<String> = network["allow"].as_array().unwrap().iter().map(str_of).collect();
     assert_eq!(allow, [format!("{API}:443")], "an injected host is allowed over HTTPS");
     assert_eq!(egress["inject"][0]["host"], API, "{egress}");
+    let shown = w.env.ok(&["status", &name]);
+    assert!(shown.contains("inject:     api.inject.test: x-api-key <- secret anthropic (the sandbox has a placeholder)"), "{shown}");
     start_api(&mut w, &str_of(&network["outside_network"]), &certs, &real);
 
     // The sandbox has the placeholder, and so does the agent's variable.
@@ -248,7 +266,10 @@ fn a_key_that_cannot_be_a_header_is_refused_before_anything_is_made() {
     let ws = w.workspace.display().to_string();
     let secret = format!("anthropic={}", key_file.display());
     let err = w.env.fails(&["up", &name, "-t", "inject", "--workspace", &ws, "--secret", &secret], 2);
-    assert!(err.contains("secret \"anthropic\" is injected into a request header") && err.contains("one line"), "{err}");
+    assert!(
+        err.contains("secret \"anthropic\" is injected into a request header") && err.contains("one line"),
+        "{err}"
+    );
     assert_eq!(w.networks(), Vec::<String>::new());
     assert_eq!(w.proxies(), Vec::<String>::new());
     w.env.assert_nothing_left();
