@@ -156,7 +156,13 @@ fn network_lines(ctx: &Ctx, s: &SandboxStatus) {
         }
         for rule in &n.inject {
             let prefix = if rule.prefix.is_empty() { String::new() } else { format!("{:?} + ", rule.prefix) };
-            line("inject", format!("{}: {} <- {prefix}secret {} (the sandbox has a placeholder)", rule.host, rule.header, rule.secret));
+            line(
+                "inject",
+                format!(
+                    "{}: {} <- {prefix}secret {} (the sandbox has a placeholder)",
+                    rule.host, rule.header, rule.secret
+                ),
+            );
         }
     } else if let Some(network) = s.record.options.network {
         line("network", network.as_str().to_owned());

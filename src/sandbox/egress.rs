@@ -101,9 +101,13 @@ pub(crate) fn allowlist(
         all.extend(read_allow_file(&file)?);
     }
     all.extend(options.allow.iter().cloned());
-    // A host whose key the proxy sets is reached over HTTPS.
+    // A host whose key the proxy sets is reached over HTTPS (added when no
+    // entry allows it yet).
     for host in template.template.inject.keys() {
-        all.extend(format!("{host}:443").parse::<Pattern>());
+        let host_name = crate::egress::policy::Host::Name(host.clone());
+        if Allowlist(all.clone()).check(&host_name, 443).is_none() {
+            all.extend(format!("{host}:443").parse::<Pattern>());
+        }
     }
     let mut seen = std::collections::HashSet::new();
     all.retain(|p| seen.insert(p.to_string()));

@@ -187,7 +187,10 @@ fn the_proxy_sets_the_key_and_the_sandbox_never_holds_it() {
     assert_eq!(allow, [format!("{API}:443")], "an injected host is allowed over HTTPS");
     assert_eq!(egress["inject"][0]["host"], API, "{egress}");
     let shown = w.env.ok(&["status", &name]);
-    assert!(shown.contains("inject:     api.inject.test: x-api-key <- secret anthropic (the sandbox has a placeholder)"), "{shown}");
+    assert!(
+        shown.contains("inject:     api.inject.test: x-api-key <- secret anthropic (the sandbox has a placeholder)"),
+        "{shown}"
+    );
     start_api(&mut w, &str_of(&network["outside_network"]), &certs, &real);
 
     // The sandbox has the placeholder, and so does the agent's variable.
