@@ -366,21 +366,7 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         return;
     };
     if injects(sandbox, &host) {
-        let why = "the proxy sets this host's key, and only over HTTPS";
-        state.log(Decision {
-            time: now(),
-            sandbox: sandbox.name.clone(),
-            host: host.to_string(),
-            port,
-            allowed: false,
-            reason: Some(why.into()),
-        });
-        let text = format!(
-            "forage: sandbox {} may not reach {host}:{port} over plain HTTP: {why}; use https://\n",
-            sandbox.name
-        );
-        let _ = respond(&mut client, 403, &text).await;
-        return;
+        return refuse_plain_to_injected(state, sandbox, client, &host, port).await;
     }
     let Some(mut upstream) = open_or_answer(state, sandbox, &mut client, &host, port).await else { return };
     state.log(Decision {
@@ -408,6 +394,23 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     if upstream.write_all(head.as_bytes()).await.is_ok() && upstream.write_all(&request.rest).await.is_ok() {
         let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     }
+}
+
+/// Plain HTTP to a host whose key the proxy sets: refused, so the key never
+/// travels in clear.
+async fn refuse_plain_to_injected(state: &State, sandbox: &Entry, mut client: TcpStream, host: &Host, port: u16) {
+    let why = "the proxy sets this host's key, and only over HTTPS";
+    state.log(Decision {
+        time: now(),
+        sandbox: sandbox.name.clone(),
+        host: host.to_string(),
+        port,
+        allowed: false,
+        reason: Some(why.into()),
+    });
+    let text =
+        format!("forage: sandbox {} may not reach {host}:{port} over plain HTTP: {why}; use https://\n", sandbox.name);
+    let _ = respond(&mut client, 403, &text).await;
 }
 
 /// The proxy sets a key for `host` in `sandbox`'s requests.
