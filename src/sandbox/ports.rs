@@ -40,9 +40,13 @@ impl<R: Runtime> Engine<R> {
         let mut wanted = asked(&record);
         match change {
             PortChange::Add(spec) => {
-                if let Some(p) = wanted.iter().find(|p| p.port == spec.port) {
+                if wanted.iter().any(|p| p.port == spec.port) {
+                    let at = match record.ports.iter().find(|p| p.port == spec.port) {
+                        Some(p) => format!("at {p}"),
+                        None => "(when the sandbox starts)".to_owned(),
+                    };
                     return Err(Error::conflict(format!(
-                        "port {} of sandbox {name} is published already, as {p}",
+                        "port {} of sandbox {name} is published already, {at}",
                         spec.port
                     ))
                     .hint_run(
