@@ -188,6 +188,7 @@ def main():
     print(f"==> {SANDBOXES - 1} more restricted sandboxes", flush=True)
     many([f"nb-{i}" for i in range(2, SANDBOXES + 1)], workspace)
     r["memory"] = {"idle_1": rss_idle, "after_traffic_1": rss_one, f"with_{SANDBOXES}": proxy_rss(proxy), "sandboxes": SANDBOXES}
+    r["load"] = os.getloadavg()[0]
     r["settings"] = {"requests": REQUESTS, "rounds": ROUNDS, "new_connections": NEW_CONNECTIONS, "bulk_mib": BULK_MIB, "bulk_runs": BULK_RUNS}
     with open(os.path.join(RESULTS, "network.json"), "w") as f:
         json.dump(r, f)
