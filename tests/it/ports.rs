@@ -229,6 +229,9 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     // network: none has nothing to publish on.
     let err = env.fails(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--network", "none", "--publish", "3000"], 2);
     assert!(err.contains("--publish 3000") && err.contains("none"), "{err}");
+    let files: Vec<_> = env.home_files().into_iter().filter(|f| f.to_string_lossy().contains(&c)).collect();
+    assert_eq!(files, Vec::<std::path::PathBuf>::new(), "a refused up left files of {c}");
+    assert!(inspect(&format!("forage-{c}")).is_none() && inspect(&rolled_back).is_none());
 
     // A forwarder whose sandbox lost its record (and container) by hand: `gc` finds it.
     env.ok(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--publish", "3000"]);
