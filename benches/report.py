@@ -245,6 +245,7 @@ def main():
         "apt-get install python3 git   # if missing (jj: cargo install jj-cli@0.45.1 --locked)",
         "benches/lifecycle.sh          # about 20 minutes; rewrites this file",
         "RUNS=5 LARGE_FILES=5000 LIST_SANDBOXES=100 benches/lifecycle.sh   # a quicker, smaller run",
+        "benches/network.sh            # the egress proxy's section alone (about 10 minutes; debootstrap too for its server image)",
         "```",
         "",
         "## Notes",
