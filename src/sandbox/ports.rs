@@ -100,6 +100,17 @@ impl<R: Runtime> Engine<R> {
         })
     }
 
+    /// After `stop`: a `full` sandbox's forwarder goes, and its ports wait
+    /// for its next start on the host ports they had: the address it
+    /// forwarded to may be another container's meanwhile.
+    pub(crate) async fn hold_ports(&self, record: &mut Record) -> Result<()> {
+        if record.ports.is_empty() || !self.has_no_address_yet(record).await? {
+            return Ok(());
+        }
+        let wanted = asked(record);
+        self.publish(record, &wanted).await
+    }
+
     /// Makes the sandbox's forwarder publish exactly `wanted` (none: removes
     /// it), and records the host ports. `up --publish` and `port`.
     pub(crate) async fn publish(&self, record: &mut Record, wanted: &[PortSpec]) -> Result<()> {

@@ -328,15 +328,17 @@ fn ports_asked_for_while_a_sandbox_is_stopped_are_published_at_its_start() {
     assert!(answers(pf, "f") && answers(pr, "r"));
     assert_eq!(w.ports(&r)[&3000], pr, "the start moved a bound port");
 
-    // `port add` on a stopped sandbox: the same. The `full` one's forwarder
-    // goes until its start (its old address may be another container's by
-    // then); the restricted one's publishes the new port at once.
+    // `stop` takes the `full` sandbox's forwarder away until its start (its
+    // old address may be another container's by then); `port add` on a
+    // stopped sandbox: the same as at `up`.
     env.ok(&["stop", &f]);
+    assert!(inspect(&format!("forage-{f}-Ports")).is_none(), "a stopped full sandbox kept its forwarder");
+    let listed = env.ok(&["port", &f]);
+    assert!(listed.contains(&format!("3000 -> 127.0.0.1:{pf} when the sandbox starts")), "{listed}");
     env.ok(&["stop", &r]);
     let added = env.ok(&["port", &f, "add", "4000"]);
     assert!(added.contains(&format!("3000 -> 127.0.0.1:{pf} when the sandbox starts")), "{added}");
     assert!(added.contains("4000 -> a free port of 127.0.0.1 when the sandbox starts"), "{added}");
-    assert!(inspect(&format!("forage-{f}-Ports")).is_none(), "a stopped full sandbox kept its forwarder");
     let json = env.json(&["port", &r, "add", "4000", "--json"]);
     assert_eq!(json["ports"].as_array().unwrap().len(), 2, "{json}");
     let pr4 = w.ports(&r)[&4000];
