@@ -106,11 +106,12 @@ impl World {
         self.env.home.display().to_string()
     }
 
-    /// Networks labelled as this FORAGE_HOME's (sandbox networks and the proxy's).
+    /// Networks labelled as this FORAGE_HOME's (sandbox networks, the
+    /// proxy's and port forwarders').
     fn networks(&self) -> Vec<String> {
         let mut names = Vec::new();
-        for label in [format!("forage.home={}", self.home_label()), format!("forage.egress.home={}", self.home_label())]
-        {
+        let home = self.home_label();
+        for label in [format!("forage.home={home}"), format!("forage.egress.home={home}"), self.ports_label()] {
             let filters = HashMap::from([("label".to_owned(), vec![label])]);
             let found = block_on(docker().list_networks(Some(ListNetworksOptions { filters: Some(filters) }))).unwrap();
             names.extend(found.into_iter().filter_map(|n| n.name));
@@ -119,16 +120,22 @@ impl World {
         names
     }
 
+    fn ports_label(&self) -> String {
+        format!("forage.ports.home={}", self.home_label())
+    }
+
     /// The proxy's container, if this FORAGE_HOME has one.
     fn proxies(&self) -> Vec<String> {
-        let filters = HashMap::from([("label".to_owned(), vec![format!("forage.egress.home={}", self.home_label())])]);
-        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let list = block_on(docker().list_containers(Some(options))).unwrap();
-        list.into_iter()
-            .flat_map(|c| c.names.unwrap_or_default())
-            .map(|n| n.trim_start_matches('/').to_owned())
-            .collect()
+        labelled_containers(&format!("forage.egress.home={}", self.home_label()))
     }
+}
+
+/// Containers carrying `label`, by name.
+fn labelled_containers(label: &str) -> Vec<String> {
+    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let list = block_on(docker().list_containers(Some(options))).unwrap();
+    list.into_iter().flat_map(|c| c.names.unwrap_or_default()).map(|n| n.trim_start_matches('/').to_owned()).collect()
 }
 
 impl Drop for World {
@@ -138,6 +145,7 @@ impl Drop for World {
         let mut containers = self.servers.clone();
         containers.extend(self.env.containers().iter().map(|n| n.trim_start_matches('/').to_owned()));
         containers.extend(self.proxies());
+        containers.extend(labelled_containers(&self.ports_label()));
         for c in containers {
             let _ = block_on(api.remove_container(&c, Some(remove.clone())));
         }
