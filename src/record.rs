@@ -248,6 +248,12 @@ pub struct Record {
     /// Its published ports as they are: host port on 127.0.0.1 for each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<crate::ports::Published>,
+    /// Ports to publish when the sandbox next starts: asked for (`up
+    /// --publish --no-start`, `port add`) while a `network: full` sandbox was
+    /// not running, so had no address on the bridge to forward to; or kept
+    /// when publishing them at a start failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpublished: Vec<crate::ports::PortSpec>,
 }
 
 /// A restricted sandbox's own network (a subnet forage picked), the

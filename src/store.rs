@@ -593,6 +593,7 @@ mod tests {
             egress: None,
             network: None,
             ports: Vec::new(),
+            unpublished: Vec::new(),
             stopped_at: None,
             toolchain: None,
         }

@@ -37,30 +37,44 @@ pub enum Change {
 
 pub async fn run(ctx: &Ctx, args: PortArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let ports = match args.change {
-        None => engine.record(&args.name)?.ports,
+    let record = match args.change {
+        None => engine.record(&args.name)?,
         Some(change) => {
             ctx.cancel_on_signals();
             let change = match change {
                 Change::Add { port } => PortChange::Add(port),
                 Change::Rm { port } => PortChange::Remove(port),
             };
-            let ports = engine.change_ports(&args.name, change).await?;
+            let record = engine.change_ports(&args.name, change).await?;
             engine.progress.finish();
-            ports
+            record
         }
     };
+    let (ports, unpublished) = (&record.ports, &record.unpublished);
     if ctx.out.json_wanted() {
-        ctx.out.json(&serde_json::json!({ "sandbox": args.name.as_str(), "ports": ports }))?;
+        let json = serde_json::json!({ "sandbox": args.name.as_str(), "ports": ports, "unpublished": unpublished });
+        ctx.out.json(&json)?;
         return Ok(0);
     }
-    if ports.is_empty() {
+    if ports.is_empty() && unpublished.is_empty() {
         ctx.out.data(format!("sandbox {} publishes no port", args.name));
     }
-    for p in &ports {
+    for p in ports {
         ctx.out.data(line(p));
     }
+    for p in unpublished {
+        ctx.out.data(waiting(p));
+    }
     Ok(0)
+}
+
+/// `3000 -> a free port of 127.0.0.1 when the sandbox starts`: a port of a
+/// `full` sandbox asked for while it was not running.
+pub fn waiting(p: &PortSpec) -> String {
+    match p.host {
+        Some(h) => format!("{} -> 127.0.0.1:{h} when the sandbox starts", p.port),
+        None => format!("{} -> a free port of 127.0.0.1 when the sandbox starts", p.port),
+    }
 }
 
 /// `3000 -> 127.0.0.1:49153`: the sandbox's port, and where the host reaches it.

@@ -170,4 +170,7 @@ fn network_lines(ctx: &Ctx, s: &SandboxStatus) {
     for p in &s.record.ports {
         line("port", format!("{} -> 127.0.0.1:{}", p.port, p.host_port));
     }
+    for p in &s.record.unpublished {
+        line("port", super::port::waiting(p));
+    }
 }

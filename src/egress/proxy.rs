@@ -123,6 +123,9 @@ struct Request {
 }
 
 async fn handle(state: &State, mut client: TcpStream) {
+    // Each piece copied goes on at once: a second small write must not wait
+    // for the first's ACK (Nagle), which the peer may delay 40 ms.
+    let _ = client.set_nodelay(true);
     let (Ok(local), Ok(peer)) = (client.local_addr(), client.peer_addr()) else { return };
     let (Some(local), Some(peer)) = (v4(local), v4(peer)) else { return };
     let map = state.map();
@@ -268,7 +271,10 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
     for ip in usable {
         match tokio::time::timeout(UPSTREAM_TIMEOUT, TcpStream::connect(SocketAddrV4::new(ip, port))).await {
             // Logged as allowed by the caller, once it passed its last check.
-            Ok(Ok(s)) => return Ok(s),
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
             Ok(Err(e)) => last = format!("connecting to {ip}:{port}: {e}"),
             Err(_) => last = format!("connecting to {ip}:{port} timed out"),
         }

@@ -394,6 +394,7 @@ impl Runtime for Docker {
             // Names resolve only through the proxy: the engine's resolver
             // forwards to the proxy's address, which answers NXDOMAIN to all.
             dns: spec.egress.as_ref().map(|e| vec![e.proxy.to_string()]),
+            sysctls: spec.egress.as_ref().map(|_| no_ipv6()),
             ..Default::default()
         };
         let networking_config = spec.egress.as_ref().map(egress_endpoint);
@@ -695,6 +696,13 @@ impl Runtime for Docker {
 fn exit_code_in_status(status: &str) -> Option<i64> {
     let rest = status.strip_prefix("Exited (")?;
     rest.split(')').next()?.parse().ok()
+}
+
+/// A restricted sandbox has no IPv6 at all, whatever the engine's default: a
+/// link-local address would reach the host's side of the bridge, and every
+/// host service listening on `::`, around the egress proxy.
+fn no_ipv6() -> HashMap<String, String> {
+    ["all", "default"].map(|i| (format!("net.ipv6.conf.{i}.disable_ipv6"), "1".to_owned())).into_iter().collect()
 }
 
 #[cfg(test)]

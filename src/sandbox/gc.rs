@@ -355,6 +355,7 @@ fn orphan_record(name: &SandboxName, workspace: WorkspaceRecord) -> Record {
         egress: None,
         network: None,
         ports: Vec::new(),
+        unpublished: Vec::new(),
         stopped_at: None,
         toolchain: None,
     }

@@ -113,7 +113,9 @@ impl<R: Runtime> Engine<R> {
         self.step(&format!("stopping {name}"));
         self.runtime.stop(&record.container, record.stop_timeout).await?;
         // The engine cannot tell a stop from an agent that exited by itself.
-        self.home.save(&Record { stopped_at: Some(super::now()), ..record })
+        let mut record = Record { stopped_at: Some(super::now()), ..record };
+        self.hold_ports(&mut record).await?;
+        self.home.save(&record)
     }
 
     pub async fn restart(&self, name: &SandboxName) -> Result<()> {

@@ -10,7 +10,7 @@ use super::Engine;
 use crate::egress::subnet::Subnet;
 use crate::error::{Error, Result};
 use crate::names::SandboxName;
-use crate::ports::{forwarder_name, PortSpec, Published};
+use crate::ports::{forwarder_name, PortSpec};
 use crate::record::{Record, Step};
 use crate::runtime::egress::NetworkSpec;
 use crate::runtime::forwarder::ForwarderSpec;
@@ -30,20 +30,23 @@ pub enum PortChange {
 
 impl<R: Runtime> Engine<R> {
     /// `port NAME add|rm`: the sandbox's published ports after the change.
-    pub async fn change_ports(&self, name: &SandboxName, change: PortChange) -> Result<Vec<Published>> {
+    pub async fn change_ports(&self, name: &SandboxName, change: PortChange) -> Result<Record> {
         let _lock = self.lock_sandbox(name).await?;
         let mut record = self.record(name)?;
         // A half-made sandbox's journal is `down`'s to finish, not ours to extend.
         if record.state != crate::record::RecordState::Ready {
             return Err(super::lifecycle::half_made(name));
         }
-        let mut wanted: Vec<PortSpec> =
-            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        let mut wanted = asked(&record);
         match change {
             PortChange::Add(spec) => {
-                if let Some(p) = record.ports.iter().find(|p| p.port == spec.port) {
+                if wanted.iter().any(|p| p.port == spec.port) {
+                    let at = match record.ports.iter().find(|p| p.port == spec.port) {
+                        Some(p) => format!("at {p}"),
+                        None => "(when the sandbox starts)".to_owned(),
+                    };
                     return Err(Error::conflict(format!(
-                        "port {} of sandbox {name} is published already, at {p}",
+                        "port {} of sandbox {name} is published already, {at}",
                         spec.port
                     ))
                     .hint_run(
@@ -63,8 +66,7 @@ impl<R: Runtime> Engine<R> {
                 }
             }
         }
-        let before: Vec<PortSpec> =
-            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
+        let before = asked(&record);
         if let Err(e) = self.publish(&mut record, &wanted).await {
             // The old forwarder is gone: bring back what was published (its
             // host ports pinned), so that a refused change changes nothing.
@@ -73,26 +75,40 @@ impl<R: Runtime> Engine<R> {
             }
             return Err(e);
         }
-        Ok(record.ports)
+        Ok(record)
     }
 
     /// After a start or reset: the forwarder made again, on the same host
     /// ports, for a `full` sandbox (the default bridge may have given its
-    /// container another address) and for one whose forwarder is gone. (A
-    /// restricted sandbox's address is forage's pick, and stays.)
+    /// container another address) and for one whose forwarder is gone (A
+    /// restricted sandbox's address is forage's pick, and stays); and the
+    /// ports asked for while it was not running published.
     pub(crate) async fn refresh_ports(&self, record: &mut Record) -> Result<()> {
-        if record.ports.is_empty() {
+        let wanted = asked(record);
+        if wanted.is_empty() {
             return Ok(());
         }
-        if record.egress.is_some() && self.runtime.container_exists(&forwarder_name(&record.name)).await? {
+        if record.unpublished.is_empty()
+            && record.egress.is_some()
+            && self.runtime.container_exists(&forwarder_name(&record.name)).await?
+        {
             return Ok(());
         }
-        let wanted: Vec<PortSpec> =
-            record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port }).collect();
         self.publish(record, &wanted).await.map_err(|e| {
             e.with_note(format!("sandbox {} runs, but its ports are not published", record.name))
                 .hint_run("{command} tries again", ["restart", record.name.as_str()])
         })
+    }
+
+    /// After `stop`: a `full` sandbox's forwarder goes, and its ports wait
+    /// for its next start on the host ports they had: the address it
+    /// forwarded to may be another container's meanwhile.
+    pub(crate) async fn hold_ports(&self, record: &mut Record) -> Result<()> {
+        if record.ports.is_empty() || !self.has_no_address_yet(record).await? {
+            return Ok(());
+        }
+        let wanted = asked(record);
+        self.publish(record, &wanted).await
     }
 
     /// Makes the sandbox's forwarder publish exactly `wanted` (none: removes
@@ -103,10 +119,21 @@ impl<R: Runtime> Engine<R> {
         if wanted.is_empty() {
             self.runtime.remove_forwarder(&name, &name).await?;
             record.ports.clear();
+            record.unpublished.clear();
             record.journal.retain(|s| s != &step);
             return self.home.save(record);
         }
         crate::ports::check_publish(wanted, network_of(record))?;
+        if self.has_no_address_yet(record).await? {
+            // Published at its start (`refresh_ports`), on the host ports
+            // it had if it had some. Until then nothing forwards to an
+            // address another container may hold meanwhile.
+            self.runtime.remove_forwarder(&name, &name).await?;
+            record.ports.clear();
+            record.unpublished = wanted.to_vec();
+            record.journal.retain(|s| s != &step);
+            return self.home.save(record);
+        }
         if !record.journal.contains(&step) {
             self.begin(record, step)?;
         }
@@ -116,14 +143,28 @@ impl<R: Runtime> Engine<R> {
         match self.runtime.ensure_forwarder(&spec, self.progress.as_ref()).await {
             Ok(published) => {
                 record.ports = published;
+                record.unpublished.clear();
                 self.home.save(record)
             }
             Err(e) => {
+                // Kept for the next start to try again.
                 record.ports.clear();
+                record.unpublished = wanted.to_vec();
                 self.home.save(record)?;
                 Err(e)
             }
         }
+    }
+
+    /// A `full` sandbox whose container is not running has no address on
+    /// the default bridge for a forwarder to reach (a restricted one's is
+    /// forage's pick, fixed at `up`).
+    async fn has_no_address_yet(&self, record: &Record) -> Result<bool> {
+        if network_of(record) != Network::Full || record.egress.is_some() {
+            return Ok(false);
+        }
+        let container = self.runtime.inspect(&record.container).await?;
+        Ok(container.is_none_or(|c| c.state != crate::runtime::ContainerState::Running))
     }
 
     /// The forwarder's own network, unless it exists: a /29 of
@@ -227,6 +268,13 @@ impl<R: Runtime> Engine<R> {
         }
         Ok(findings)
     }
+}
+
+/// What the sandbox publishes or will at its start, published ports pinned
+/// to the host port they have.
+fn asked(record: &Record) -> Vec<PortSpec> {
+    let published = record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port });
+    published.chain(record.unpublished.iter().copied()).collect()
 }
 
 /// The sandbox's network: as recorded, else (an older forage's record)

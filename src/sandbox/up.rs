@@ -58,6 +58,7 @@ impl<R: Runtime> Engine<R> {
             egress: None,
             network: Some(req.plan.network),
             ports: Vec::new(),
+            unpublished: Vec::new(),
         };
         // Exclusive: of two `up`s of one name, exactly one gets here.
         self.home.prepare_sandbox_dirs()?;
@@ -158,6 +159,7 @@ impl<R: Runtime> Engine<R> {
         if !record.options.publish.is_empty() {
             let wanted = record.options.publish.clone();
             self.publish(record, &wanted).await?;
+            self.checkpoint("forwarder").await?;
         }
         record.state = RecordState::Ready;
         self.home.save(record)?;

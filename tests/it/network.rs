@@ -106,11 +106,12 @@ impl World {
         self.env.home.display().to_string()
     }
 
-    /// Networks labelled as this FORAGE_HOME's (sandbox networks and the proxy's).
+    /// Networks labelled as this FORAGE_HOME's (sandbox networks, the
+    /// proxy's and port forwarders').
     pub(crate) fn networks(&self) -> Vec<String> {
         let mut names = Vec::new();
-        for label in [format!("forage.home={}", self.home_label()), format!("forage.egress.home={}", self.home_label())]
-        {
+        let home = self.home_label();
+        for label in [format!("forage.home={home}"), format!("forage.egress.home={home}"), self.ports_label()] {
             let filters = HashMap::from([("label".to_owned(), vec![label])]);
             let found = block_on(docker().list_networks(Some(ListNetworksOptions { filters: Some(filters) }))).unwrap();
             names.extend(found.into_iter().filter_map(|n| n.name));
@@ -119,16 +120,22 @@ impl World {
         names
     }
 
+    fn ports_label(&self) -> String {
+        format!("forage.ports.home={}", self.home_label())
+    }
+
     /// The proxy's container, if this FORAGE_HOME has one.
     pub(crate) fn proxies(&self) -> Vec<String> {
-        let filters = HashMap::from([("label".to_owned(), vec![format!("forage.egress.home={}", self.home_label())])]);
-        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let list = block_on(docker().list_containers(Some(options))).unwrap();
-        list.into_iter()
-            .flat_map(|c| c.names.unwrap_or_default())
-            .map(|n| n.trim_start_matches('/').to_owned())
-            .collect()
+        labelled_containers(&format!("forage.egress.home={}", self.home_label()))
     }
+}
+
+/// Containers carrying `label`, by name.
+fn labelled_containers(label: &str) -> Vec<String> {
+    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let list = block_on(docker().list_containers(Some(options))).unwrap();
+    list.into_iter().flat_map(|c| c.names.unwrap_or_default()).map(|n| n.trim_start_matches('/').to_owned()).collect()
 }
 
 impl Drop for World {
@@ -138,6 +145,7 @@ impl Drop for World {
         let mut containers = self.servers.clone();
         containers.extend(self.env.containers().iter().map(|n| n.trim_start_matches('/').to_owned()));
         containers.extend(self.proxies());
+        containers.extend(labelled_containers(&self.ports_label()));
         for c in containers {
             let _ = block_on(api.remove_container(&c, Some(remove.clone())));
         }
@@ -166,10 +174,19 @@ pub(crate) fn str_of(v: &serde_json::Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}")).to_owned()
 }
 
-/// The gateway (the host's address) of an engine network.
+/// The gateway (the host's address) of an engine network: as its IPAM
+/// says, else (the default bridge) its bridge interface's address.
 fn gateway(network: &str) -> Ipv4Addr {
     let n = block_on(docker().inspect_network(network, None)).unwrap();
-    n.ipam.unwrap().config.unwrap()[0].gateway.clone().unwrap().parse().unwrap()
+    if let Some(gw) = n.ipam.unwrap().config.unwrap()[0].gateway.clone() {
+        return gw.parse().unwrap();
+    }
+    let bridge = bridge_of(network);
+    nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .filter(|i| i.interface_name == bridge)
+        .find_map(|i| Some(i.address?.as_sockaddr_in()?.ip()))
+        .unwrap_or_else(|| panic!("network {network}'s bridge {bridge} has no address"))
 }
 
 #[test]
@@ -444,5 +461,193 @@ fn parallel_restricted_ups_share_one_proxy_each_on_a_network_of_its_own() {
     w.env.ok(&["gc", "--force"]);
     assert_eq!(w.networks(), Vec::<String>::new());
     assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+}
+
+/// Builds tests/it/fixtures/netprobe.c into the World's workspace (the
+/// sandbox's /workspace/netprobe); its path on the host.
+fn netprobe(w: &World) -> std::path::PathBuf {
+    let source = crate::templates::write(&w.env.path("netprobe.c"), include_str!("fixtures/netprobe.c"));
+    let probe = w.workspace.join("netprobe");
+    static_program(&source, &probe);
+    probe
+}
+
+/// Runs the probe on the host (as the test's user, root in CI).
+fn on_host(probe: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(probe).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The host's IPv6 addresses but loopback and the link-local ones of
+/// interfaces other than `bridge` (other tests' bridges come and go):
+/// (address, interface).
+fn host_v6(bridge: &str) -> Vec<(std::net::Ipv6Addr, String)> {
+    nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .filter_map(|i| Some((i.address?.as_sockaddr_in6()?.ip(), i.interface_name)))
+        .filter(|(ip, interface)| !ip.is_loopback() && (!ip.is_unicast_link_local() || interface == bridge))
+        .collect()
+}
+
+#[test]
+fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
+    let mut w = World::new();
+    let probe = netprobe(&w);
+    let name = w.env.unique("net-raw");
+    w.up(&name, &[]);
+    let (network, egress) = w.network(&name);
+    let outside = str_of(&network["outside_network"]);
+    let server = w.server(&outside).to_string();
+    let proxy_inside = str_of(&egress["proxy_address"]);
+    let proxy = inspect(&str_of(&network["proxy"])).unwrap();
+    let proxy_outside = proxy.network_settings.unwrap().networks.unwrap()[&outside].ip_address.clone().unwrap();
+
+    // Raw sockets: the host (root) opens them and its pings are answered.
+    let host = on_host(&probe, &["raw"]);
+    assert!(host.contains("raw-icmp: open") && host.contains("packet: open"), "{host}");
+    for ip in [&server, &proxy_outside] {
+        let out = on_host(&probe, &["ping", ip]);
+        assert!(out.contains(": reply"), "the host cannot ping {ip}: {out}");
+    }
+    // Inside, neither opens; the unprivileged ping socket the engine allows
+    // reaches the proxy on the sandbox's own network, and nothing beyond it.
+    let (_, inside) = w.sh(&name, "/workspace/netprobe raw");
+    assert!(inside.contains("raw-icmp: Operation not permitted"), "{inside}");
+    assert!(inside.contains("packet: Operation not permitted"), "{inside}");
+    let (_, out) = w.sh(&name, &format!("/workspace/netprobe ping {proxy_inside}"));
+    assert!(out.contains("reply") && !out.contains("no reply"), "the sandbox cannot ping its proxy: {out}");
+    for ip in [&server, &proxy_outside, &gateway(&outside).to_string(), &gateway("bridge").to_string()] {
+        let (_, out) = w.sh(&name, &format!("/workspace/netprobe ping {ip}"));
+        assert!(!out.contains(": reply"), "the sandbox pinged {ip}: {out}");
+    }
+
+    // IPv6: a host socket on `::`, reached from the host at each of its own
+    // addresses (the sandbox network's bridge's link-local one included);
+    // the sandbox has no IPv6 address, not even ::1, and reaches none.
+    let listener = TcpListener::bind("[::]:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let bridge = bridge_of(&str_of(&egress["network"]));
+    let targets = host_v6(&bridge);
+    assert!(targets.iter().any(|(_, i)| *i == bridge), "no link-local address on {bridge}: {targets:?}");
+    for (ip, interface) in &targets {
+        // (A new bridge's link-local address is usable once the kernel's
+        // duplicate check is done.)
+        let mut out = String::new();
+        let reached = eventually(30, || {
+            out = on_host(&probe, &["v6", &ip.to_string(), interface, &port]);
+            out.contains("connected")
+        });
+        assert!(reached, "the host cannot reach its own [{ip}%{interface}]:{port}: {out}");
+        let inside_interface = if *interface == bridge { "eth0" } else { "-" };
+        let (_, out) = w.sh(&name, &format!("/workspace/netprobe v6 {ip} {inside_interface} {port}"));
+        assert!(out.contains(&format!("v6 {ip}: ")) && !out.contains("connected"), "reached {ip}: {out}");
+    }
+    let (_, addresses) = w.sh(&name, "cat /proc/net/if_inet6; echo end");
+    assert_eq!(addresses.trim(), "end", "the sandbox has IPv6 addresses");
+    let sysctls = inspect(&format!("forage-{name}")).unwrap().host_config.unwrap().sysctls.unwrap_or_default();
+    assert_eq!(sysctls.get("net.ipv6.conf.all.disable_ipv6").map(String::as_str), Some("1"), "{sysctls:?}");
+    let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' 'http://[{}]:{port}/'", targets[0].0));
+    // The proxy takes no IPv6 address, allowed or not.
+    assert!(out.trim_end().ends_with("400") && out.contains("is not a host"), "the proxy took an IPv6 literal: {out}");
+    w.env.ok(&["down", &name]);
+    w.env.ok(&["gc", "--force"]);
+    w.env.assert_nothing_left();
+}
+
+/// The host's side of an engine network: its bridge interface.
+fn bridge_of(network: &str) -> String {
+    let n = block_on(docker().inspect_network(network, None)).unwrap();
+    let named = n.options.and_then(|o| o.get("com.docker.network.bridge.name").cloned());
+    named.unwrap_or_else(|| format!("br-{}", &n.id.unwrap()[..12]))
+}
+
+/// The body an HTTP server at `ip:port` answers the host, if it does.
+fn host_get(ip: &str, port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let at = std::net::SocketAddr::new(ip.parse().unwrap(), port);
+    let mut s = TcpStream::connect_timeout(&at, std::time::Duration::from_secs(10)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())
+}
+
+/// What sandbox A's server answers.
+const A_ANSWERS: &str = "served by sandbox A";
+
+/// Sandbox A (restricted) serving `A_ANSWERS` on :3000 from tests/it/fixtures/serve.c
+/// and publishing it: its host port, its address, and its forwarder's two
+/// (on A's network, and on the network it publishes from).
+fn serving_a(w: &World, a: &str) -> (u16, String, Vec<String>) {
+    let ws = w.env.mkdir("ws-a");
+    let source = crate::templates::write(&w.env.path("serve.c"), include_str!("fixtures/serve.c"));
+    static_program(&source, &ws.join("serve"));
+    std::fs::write(ws.join("id"), A_ANSWERS).unwrap();
+    let template = TEMPLATE.replace("[sleep, infinity]", "[/workspace/serve, '3000']");
+    std::fs::write(w.env.path("config/forage/templates/net-serve.yaml"), template).unwrap();
+    let ws = ws.display().to_string();
+    w.env.ok(&["up", a, "--workspace", &ws, "-t", "net-serve", "--network", "restricted", "--publish", "3000"]);
+    let status = w.env.json(&["status", a, "--json"]);
+    let host_port = status["record"]["ports"][0]["host_port"].as_u64().unwrap() as u16;
+    let forwarder = inspect(&format!("forage-{a}-Ports")).unwrap();
+    let networks = forwarder.network_settings.unwrap().networks.unwrap();
+    let forwarder_ips = networks.into_values().filter_map(|e| e.ip_address).collect();
+    (host_port, str_of(&status["record"]["egress"]["sandbox_address"]), forwarder_ips)
+}
+
+#[test]
+fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
+    let w = World::new();
+    let (a, b, c) = (w.env.unique("net-pa"), w.env.unique("net-pb"), w.env.unique("net-pc"));
+    let (host_port, a_ip, forwarder_ips) = serving_a(&w, &a);
+    assert_eq!(forwarder_ips.len(), 2, "{forwarder_ips:?}");
+    // Each way in works where it should: the host at 127.0.0.1 and at the
+    // forwarder's own network; A at its address and its forwarder's.
+    assert!(eventually(60, || host_get("127.0.0.1", host_port).as_deref() == Some(A_ANSWERS)), "A is not published");
+    let mut targets = vec![format!("{a_ip}:3000")];
+    for ip in &forwarder_ips {
+        let (_, out) = w.sh(&a, &format!("curl -sS -m 30 --noproxy '*' http://{ip}:3000/"));
+        let from_host = host_get(ip, 3000);
+        assert!(out.trim() == A_ANSWERS || from_host.as_deref() == Some(A_ANSWERS), "{ip}:3000 answers nobody: {out}");
+        targets.push(format!("{ip}:3000"));
+    }
+    let (_, out) = w.sh(&a, &format!("curl -sS -m 30 --noproxy '*' http://{a_ip}:3000/"));
+    assert_eq!(out.trim(), A_ANSWERS, "A does not answer at its own address");
+
+    // B (restricted) and C (full) reach none of it, directly or (B) through
+    // the proxy. (Reaching is getting A's answer: on some hosts, a
+    // connection to an address no route leads to is accepted upstream.)
+    w.up(&b, &[]);
+    let ws = w.workspace.display().to_string();
+    w.env.ok(&["up", &c, "--workspace", &ws, "-t", "net", "--network", "full"]);
+    let docker0 = gateway("bridge");
+    let outside = str_of(&w.network(&b).0["outside_network"]);
+    for sandbox in [&b, &c] {
+        let mut direct = targets.clone();
+        direct.push(format!("{docker0}:{host_port}"));
+        for target in &direct {
+            let (_, out) = w.sh(sandbox, &format!("curl -sS -m 20 --noproxy '*' http://{target}/"));
+            assert!(!out.contains(A_ANSWERS), "{sandbox} reached {target}: {out}");
+        }
+    }
+    let mut proxied = targets;
+    proxied.push(format!("{}:{host_port}", gateway(&outside)));
+    proxied.push(format!("127.0.0.1:{host_port}"));
+    let proxy = str_of(&w.network(&b).1["proxy_address"]);
+    for target in &proxied {
+        let (_, out) = w.sh(
+            &b,
+            &format!("curl -sS -m 30 -x http://{proxy}:3128 --noproxy '' -w '\\n%{{http_code}}' http://{target}/"),
+        );
+        assert!(
+            out.trim_end().ends_with("403") && !out.contains(A_ANSWERS),
+            "B reached {target} through the proxy: {out}"
+        );
+    }
+    w.env.ok(&["down", &a, &b, &c]);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new());
     w.env.assert_nothing_left();
 }

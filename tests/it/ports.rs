@@ -229,6 +229,9 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     // network: none has nothing to publish on.
     let err = env.fails(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--network", "none", "--publish", "3000"], 2);
     assert!(err.contains("--publish 3000") && err.contains("none"), "{err}");
+    let files: Vec<_> = env.home_files().into_iter().filter(|f| f.to_string_lossy().contains(&c)).collect();
+    assert_eq!(files, Vec::<std::path::PathBuf>::new(), "a refused up left files of {c}");
+    assert!(inspect(&format!("forage-{c}")).is_none() && inspect(&rolled_back).is_none());
 
     // A forwarder whose sandbox lost its record (and container) by hand: `gc` finds it.
     env.ok(&["up", &c, "--workspace", &ws_c, "-t", "serve", "--publish", "3000"]);
@@ -287,4 +290,91 @@ fn sixteen_sandboxes_serving_3000_at_once_get_sixteen_loopback_ports() {
     env.ok(&down);
     assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
     env.assert_nothing_left();
+}
+
+#[test]
+fn ports_asked_for_while_a_sandbox_is_stopped_are_published_at_its_start() {
+    let w = World::new();
+    let env = &w.env;
+    let (f, r) = (env.unique("sf"), env.unique("sr"));
+    let (ws_f, ws_r) = (w.workspace("f"), w.workspace("r"));
+    env.ok(&["up", &f, "--workspace", &ws_f, "-t", "serve", "--network", "full", "--publish", "3000", "--no-start"]);
+    env.ok(&[
+        "up",
+        &r,
+        "--workspace",
+        &ws_r,
+        "-t",
+        "serve",
+        "--network",
+        "restricted",
+        "--publish",
+        "3000",
+        "--no-start",
+    ]);
+    // A `full` sandbox has no address before it runs: its port waits for
+    // the start, and says so.
+    assert_eq!(w.ports(&f), HashMap::new());
+    let listed = env.ok(&["port", &f]);
+    assert!(listed.contains("3000 -> a free port of 127.0.0.1 when the sandbox starts"), "{listed}");
+    assert!(env.ok(&["status", &f]).contains("when the sandbox starts"));
+    // A restricted sandbox's address is forage's, fixed at `up`: its host
+    // port is bound at once, and answers once the agent runs.
+    let pr = w.ports(&r)[&3000];
+    assert!(get(local(pr)).is_err(), "127.0.0.1:{pr} answers before the agent runs");
+    env.ok(&["start", &f]);
+    env.ok(&["start", &r]);
+    let pf = w.ports(&f)[&3000];
+    assert!(answers(pf, "f") && answers(pr, "r"));
+    assert_eq!(w.ports(&r)[&3000], pr, "the start moved a bound port");
+
+    // `stop` takes the `full` sandbox's forwarder away until its start (its
+    // old address may be another container's by then); `port add` on a
+    // stopped sandbox: the same as at `up`.
+    env.ok(&["stop", &f]);
+    assert!(inspect(&format!("forage-{f}-Ports")).is_none(), "a stopped full sandbox kept its forwarder");
+    let listed = env.ok(&["port", &f]);
+    assert!(listed.contains(&format!("3000 -> 127.0.0.1:{pf} when the sandbox starts")), "{listed}");
+    env.ok(&["stop", &r]);
+    let added = env.ok(&["port", &f, "add", "4000"]);
+    assert!(added.contains(&format!("3000 -> 127.0.0.1:{pf} when the sandbox starts")), "{added}");
+    assert!(added.contains("4000 -> a free port of 127.0.0.1 when the sandbox starts"), "{added}");
+    let json = env.json(&["port", &r, "add", "4000", "--json"]);
+    assert_eq!(json["ports"].as_array().unwrap().len(), 2, "{json}");
+    let pr4 = w.ports(&r)[&4000];
+    env.ok(&["start", &f]);
+    env.ok(&["start", &r]);
+    let after = w.ports(&f);
+    assert_eq!(after[&3000], pf, "the start gave the port another host port");
+    assert!(answers(after[&4000], "f") && answers(pf, "f"));
+    assert!(answers(pr4, "r") && answers(pr, "r"));
+    assert_eq!(env.json(&["status", &f, "--json"])["record"]["unpublished"], serde_json::Value::Null);
+
+    env.ok(&["down", &f, &r]);
+    env.ok(&["gc", "--force"]);
+    assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
+    env.assert_nothing_left();
+}
+
+#[test]
+fn a_killed_restricted_up_with_ports_leaves_nothing_gc_force_cannot_clean() {
+    let w = World::new();
+    let env = &w.env;
+    let ws = w.workspace("k");
+    for step in ["record", "network", "container", "start", "init", "forwarder"] {
+        let name = env.unique(&format!("k-{step}"));
+        let up = ["up", &name, "--workspace", &ws, "-t", "serve", "--network", "restricted", "--publish", "3000"];
+        env.killed_after(&up, step);
+        let list = env.json(&["list", "--json"]);
+        assert_eq!(list[0]["status"], "broken", "{step}: {list}");
+        if step == "forwarder" {
+            assert!(inspect(&format!("forage-{name}-Ports")).is_some(), "{step}: the forwarder was not made");
+        }
+        env.ok(&["gc", "--force"]);
+        assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "{step}: gc left a forwarder, the proxy or a network");
+        let network = format!("forage-{name}-net");
+        assert!(block_on(docker().inspect_network(&network, None)).is_err(), "{step}: gc left {network}");
+        env.assert_nothing_left();
+        assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "{step}");
+    }
 }
