@@ -9,6 +9,7 @@ pub mod env;
 pub mod error;
 pub mod host_paths;
 pub mod inside;
+pub mod jobs;
 pub mod mcp;
 pub mod names;
 pub mod ports;

@@ -72,11 +72,13 @@ const TOOLS: &[ToolDef] = &[
     tool("status", "Everything forage knows about one sandbox: record, container, branch against its base, uncommitted files, network.", schema_for_type::<NameRequest>, true),
     tool("exec", "Run a command in a running sandbox (in /workspace, as the agent's user) and return its exit code and output (each stream cut at 1 MiB, `truncated` says so).", schema_for_type::<ExecRequest>, false),
     tool("wait", "Wait until the agent of one of the named sandboxes exits or goes idle, or the timeout passes. Reports progress.", schema_for_type::<WaitRequest>, true),
-    tool("diff", "The agent's change since its base (committed and not, or one part): each file's status, line counts and patch.", schema_for_type::<DiffRequest>, true),
+    tool("diff", "The agent's change since its base (committed and not, or one part): each file's status, line counts and patch (patches cut at 1 MiB in all).", schema_for_type::<DiffRequest>, true),
     tool("log", "The agent's commits since its base, newest first.", schema_for_type::<NameRequest>, true),
     tool("merge", "Land the agent's work on your branch (jj: bookmark) in your checkout: merge, squash or rebase; `dry_run` only says what would land.", schema_for_type::<MergeToolRequest>, false),
     tool("apply", "The agent's whole change as uncommitted edits in your checkout.", schema_for_type::<NameRequest>, false),
     tool("down", "Tear a sandbox down: container first, then workspace and record; its unmerged work is archived (unless `discard`). Reports progress.", schema_for_type::<DownRequest>, false),
+    tool("job", "Run a job: the repository (a path or file:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup`, waits for the agent to exit and tears the sandbox down. Reports progress.", schema_for_type::<JobRequest>, false),
+    tool("jobs", "Every job's context: task, status (queued, running, done, failed), times, exit code, output tail, result.", schema_for_type::<NoArgs>, true),
     tool("archives", "What `down` archived, for `forage-ctl restore`.", schema_for_type::<ArchivesRequest>, true),
 ];
 
@@ -134,6 +136,11 @@ impl Server {
             "apply" => service::apply(engine, parse(args)?).await,
             "down" => service::down(engine, parse(args)?).await,
             "archives" => service::archives(engine, parse(args)?),
+            "job" => service::job(engine, parse(args)?).await,
+            "jobs" => {
+                parse::<NoArgs>(args)?;
+                service::jobs_list(engine)
+            }
             other => {
                 let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
                 return Err(ErrorData::invalid_params(

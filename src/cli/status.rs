@@ -35,7 +35,16 @@ impl<'a> From<&'a EngineInfo> for EngineJson<'a> {
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let s = engine.status(&args.name).await?;
+    let job = crate::jobs::load(&ctx.home, args.name.as_str())?;
+    let s = match (engine.status(&args.name).await, job) {
+        (Ok(s), _) => s,
+        // A job's context outlives its sandbox.
+        (Err(e), Some(job)) if e.kind() == crate::error::ErrorKind::NotFound => {
+            super::jobs::show(ctx, &job)?;
+            return Ok(0);
+        }
+        (Err(e), _) => return Err(e),
+    };
     let r = &s.record;
     let ws = r.workspace.get();
     let has_work = s.git.as_ref().is_some_and(|g| g.ahead > 0 || !g.dirty.is_empty());

@@ -15,7 +15,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::error::{Error, Hint, Result};
+use crate::error::{Error, ErrorKind, Hint, Result};
+use crate::jobs::{self, JobSpec};
 use crate::names::SandboxName;
 use crate::runtime::docker::Docker;
 use crate::sandbox::{DownOptions, Engine, MergeRequest, Until, Waited};
@@ -71,10 +72,16 @@ pub async fn list(engine: &Engine<Docker>) -> Result<Value> {
     Ok(json!({ "sandboxes": to_value(&engine.overview().await?)? }))
 }
 
-/// One sandbox, as `status --json` prints it.
+/// One sandbox, as `status --json` prints it (with `job`, the job's context,
+/// for a job's sandbox); or a job's context once its sandbox is gone.
 pub async fn status(engine: &Engine<Docker>, request: NameRequest) -> Result<Value> {
     let name = sandbox_name(&request.name)?;
-    let status = engine.status(&name).await?;
+    let job = jobs::load(&engine.home, name.as_str())?;
+    let status = match (engine.status(&name).await, &job) {
+        (Ok(status), _) => status,
+        (Err(e), Some(job)) if e.kind() == ErrorKind::NotFound => return Ok(json!({ "job": to_value(job)? })),
+        (Err(e), _) => return Err(e),
+    };
     let info = engine.runtime.info().await?;
     let mut value = to_value(&status)?;
     value["engine"] = json!({
@@ -83,6 +90,9 @@ pub async fn status(engine: &Engine<Docker>, request: NameRequest) -> Result<Val
         "version": info.version,
         "host": info.host,
     });
+    if let Some(job) = job {
+        value["job"] = to_value(&job)?;
+    }
     Ok(value)
 }
 
@@ -112,11 +122,24 @@ pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value
     })
 }
 
-/// The agent's change, as `diff --json` prints it.
+/// The most of the patches one `diff` result holds, all files together.
+pub const PATCH_CAP: usize = 1 << 20;
+
+/// The agent's change, as `diff --json` prints it, with each file's patch
+/// (until `PATCH_CAP`; a file whose patch did not fit says `patch_truncated`).
 pub async fn diff(engine: &Engine<Docker>, request: DiffRequest) -> Result<Value> {
     let name = sandbox_name(&request.name)?;
     let other = request.other.as_deref().map(sandbox_name).transpose()?;
-    to_value(&engine.diff(&name, other.as_ref(), request.part.into()).await?)
+    let report = engine.diff(&name, other.as_ref(), request.part.into()).await?;
+    let mut value = to_value(&report)?;
+    let mut room = PATCH_CAP;
+    for (file, json) in report.files.iter().zip(value["files"].as_array_mut().into_iter().flatten()) {
+        let fits = file.patch.len() <= room;
+        json["patch"] = if fits { file.patch.clone() } else { String::new() }.into();
+        json["patch_truncated"] = (!fits).into();
+        room = room.saturating_sub(if fits { file.patch.len() } else { 0 });
+    }
+    Ok(value)
 }
 
 /// The agent's commits, as `log --json` prints them.
@@ -173,4 +196,25 @@ pub async fn down(engine: &Engine<Docker>, request: DownRequest) -> Result<Value
 pub fn archives(engine: &Engine<Docker>, request: ArchivesRequest) -> Result<Value> {
     let name = request.name.as_deref().map(sandbox_name).transpose()?;
     Ok(json!({ "archives": to_value(&engine.archives(name.as_ref())?)? }))
+}
+
+/// Starts a job; with `cleanup`, also waits for its agent to exit and tears
+/// its sandbox down. Returns the job's context (and, without `cleanup`, the
+/// sandbox's record).
+pub async fn job(engine: &Engine<Docker>, request: JobRequest) -> Result<Value> {
+    let (up, source, cleanup) = request.into_spec()?;
+    let (job, record) = engine.start_job(JobSpec { up, source, cleanup }).await?;
+    if !cleanup {
+        return Ok(json!({ "job": to_value(&job)?, "sandbox": to_value(&record)? }));
+    }
+    engine.progress.step(&format!("job {}: waiting for its agent to exit", job.name));
+    engine.wait(std::slice::from_ref(&record.name), Until::Exited, Duration::from_secs(30), None).await?;
+    engine.down(&record.name, DownOptions::default()).await?;
+    let job = jobs::load(&engine.home, &job.name)?.ok_or_else(|| Error::other("the job's context is gone"))?;
+    Ok(json!({ "job": to_value(&job)? }))
+}
+
+/// Every job's context.
+pub fn jobs_list(engine: &Engine<Docker>) -> Result<Value> {
+    Ok(json!({ "jobs": to_value(&jobs::all(&engine.home)?)? }))
 }

@@ -311,3 +311,66 @@ pub struct ArchivesRequest {
     #[serde(default)]
     pub name: Option<String>,
 }
+
+/// Run a job: the repository fetched into forage's mirror, a sandbox made
+/// from the mirror on branch forage-NAME, the job's context kept on disk.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// The job's (and its sandbox's) name: lowercase letters, digits, '_', '.', '-'.
+    pub name: String,
+    /// The repository: an absolute path or a file:// URL on this machine.
+    pub repo: String,
+    /// The template to run (default: shell).
+    #[serde(default)]
+    pub template: Option<String>,
+    /// The agent's task, as text.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// The revision the job's branch starts from (default: the repository's HEAD).
+    #[serde(default)]
+    pub base: Option<String>,
+    /// Network access (default: the template's).
+    #[serde(default)]
+    pub network: Option<NetworkArg>,
+    /// Extra environment variables for the agent.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Arguments appended to the template's agent command.
+    #[serde(default)]
+    pub agent_args: Vec<String>,
+    /// Wait for the agent to exit, record the result, and tear the sandbox down
+    /// (its work archived, the context kept); the call returns the job's context.
+    #[serde(default)]
+    pub cleanup: bool,
+}
+
+impl JobRequest {
+    /// The `up` of the job's sandbox (its workspace is the mirror, set once fetched).
+    pub fn into_spec(self) -> Result<(UpSpec, String, bool)> {
+        if !self.repo.starts_with("file://") && !std::path::Path::new(&self.repo).is_absolute() {
+            return Err(Error::usage(format!(
+                "repo {:?} is neither an absolute path nor a file:// URL: give the repository's absolute path",
+                self.repo
+            )));
+        }
+        let create = CreateRequest {
+            name: self.name,
+            template: self.template,
+            // Replaced by the mirror (`Engine::start_job`).
+            workspace: PathBuf::from("/"),
+            mode: ModeArg::GitWorktree,
+            task: self.task,
+            base: self.base,
+            branch: None,
+            network: self.network,
+            allow: Vec::new(),
+            env: self.env,
+            include_uncommitted: false,
+            profile: None,
+            no_start: false,
+            agent_args: self.agent_args,
+        };
+        Ok((create.into_spec()?, self.repo, self.cleanup))
+    }
+}

@@ -24,6 +24,7 @@ mod host_safety;
 mod image;
 mod jj;
 mod jj_isolation;
+mod jobs;
 mod mcp;
 mod merge_conflicts;
 mod network;

@@ -63,7 +63,10 @@ fn tools_are_listed_with_their_input_schemas() {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(
         names,
-        ["create", "list", "status", "exec", "wait", "diff", "log", "merge", "apply", "down", "archives"]
+        [
+            "create", "list", "status", "exec", "wait", "diff", "log", "merge", "apply", "down", "job", "jobs",
+            "archives"
+        ]
     );
     for t in &tools {
         assert_eq!(t.input_schema["type"], "object", "{}: {:?}", t.name, t.input_schema);
@@ -296,4 +299,29 @@ impl Drop for RawSession {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+#[test]
+fn a_job_through_mcp_keeps_its_context_after_cleanup() {
+    let env = Env::new();
+    std::fs::write(env.mkdir("config/forage/templates").join("job.yaml"), crate::jobs::TEMPLATE).unwrap();
+    let repo = repo(&env, "repo");
+    let name = env.unique("mcp-job");
+    let client = connect(&env);
+    let args = json!({ "name": name, "repo": repo, "template": "job", "task": "the task", "cleanup": true });
+    let done = ok(&client, "job", args);
+    let job = &done["job"];
+    assert_eq!((job["status"].as_str(), job["exit_code"].as_i64()), (Some("done"), Some(0)), "{done}");
+    assert_eq!(job["result"]["commits"][0]["summary"], "job work", "{done}");
+    // After its sandbox went: through `status` and `jobs`.
+    let status = ok(&client, "status", json!({ "name": name }));
+    assert_eq!((status["job"]["task"].as_str(), status["job"]["sandbox"].as_bool()), (Some("the task"), Some(false)));
+    let jobs = ok(&client, "jobs", json!({}));
+    assert_eq!(jobs["jobs"][0]["name"], name.as_str(), "{jobs}");
+    // A repository given by a relative path is refused, with nothing made.
+    let e = rpc_error(&client, "job", json!({ "name": "other", "repo": "repo" }));
+    assert!(e.message.contains("absolute"), "{}", e.message);
+    assert_eq!(ok(&client, "jobs", json!({}))["jobs"].as_array().unwrap().len(), 1);
+    block_on(client.cancel()).unwrap();
+    assert_eq!(env.containers(), Vec::<String>::new());
 }
