@@ -159,6 +159,8 @@ impl<R: Runtime> Engine<R> {
             .hint("give the job another name (`forage-ctl jobs` lists them; `gc` removes the oldest finished ones)"));
         }
         let url = mirror::source_url(&spec.source)?;
+        // A template that is not there is refused before the mirror is made.
+        self.templates().resolve(&spec.up.template)?;
         let dir = mirror::dir(&self.home, &url);
         let mut job = Job {
             name: name.to_string(),

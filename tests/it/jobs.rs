@@ -93,6 +93,12 @@ fn two_jobs_on_one_source_share_the_mirror_and_keep_their_context() {
 fn a_fetch_failure_fails_the_job_clearly_and_keeps_the_mirror() {
     let (env, repo) = world();
     let (a, b) = (env.unique("job-ok"), env.unique("job-nofetch"));
+    // Refused for what was asked: nothing made, not even the mirror.
+    let r = repo.to_str().unwrap();
+    env.fails(&["up", &a, "--repo", r, "--job", "-t", "no-such-template"], 3);
+    env.fails(&["up", &a, "--repo", "https://example.com/app.git", "--job"], 2);
+    env.fails(&["up", &a, "--repo", r, "--job", "-t", "job", "--task", "t", "--env", "=x"], 2);
+    env.assert_nothing_left();
     let out = up_job(&env, &a, repo.to_str().unwrap(), &["--cleanup"]);
     assert!(out.status.success(), "{}", describe(&out));
     let mirror = mirrors(&env).pop().unwrap();
