@@ -27,7 +27,7 @@ pub async fn up(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     }
     ctx.out.status(format!("job {}: waiting for its agent to exit", job.name));
     engine.wait(std::slice::from_ref(&record.name), Until::Exited, Duration::from_secs(30), None).await?;
-    let down = engine.down(&record.name, DownOptions::default()).await?;
+    let down = engine.down(&record.name, DownOptions { keep_branch: true, discard: false }).await?;
     engine.progress.finish();
     for n in &down.not_archived {
         ctx.out.warn(format!("job {}: not archived: {}: {}", job.name, n.source, n.why));
@@ -61,7 +61,11 @@ pub fn show(ctx: &Ctx, job: &Job) -> Result<()> {
     }
     line(
         "sandbox",
-        if job.sandbox { "up".into() } else { "gone (its work is archived: `forage-ctl archives`)".into() },
+        if job.sandbox {
+            "up".into()
+        } else {
+            format!("gone (`forage-ctl archives {}` lists what was archived)", shown(&job.name))
+        },
     );
     Ok(())
 }

@@ -114,7 +114,7 @@ pub struct UpArgs {
     #[arg(long, requires = "repo")]
     pub job: bool,
     /// With --job: wait for the agent to exit, record the job's result, then
-    /// tear the sandbox down (its work archived, the job's context kept).
+    /// tear the sandbox down (its branch kept in the mirror, the job's context kept).
     #[arg(long, requires = "job")]
     pub cleanup: bool,
     /// Arguments appended to the template's agent command.

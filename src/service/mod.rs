@@ -209,7 +209,7 @@ pub async fn job(engine: &Engine<Docker>, request: JobRequest) -> Result<Value> 
     }
     engine.progress.step(&format!("job {}: waiting for its agent to exit", job.name));
     engine.wait(std::slice::from_ref(&record.name), Until::Exited, Duration::from_secs(30), None).await?;
-    engine.down(&record.name, DownOptions::default()).await?;
+    engine.down(&record.name, DownOptions { keep_branch: true, discard: false }).await?;
     let job = jobs::load(&engine.home, &job.name)?.ok_or_else(|| Error::other("the job's context is gone"))?;
     Ok(json!({ "job": to_value(&job)? }))
 }

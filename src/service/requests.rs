@@ -340,7 +340,7 @@ pub struct JobRequest {
     #[serde(default)]
     pub agent_args: Vec<String>,
     /// Wait for the agent to exit, record the result, and tear the sandbox down
-    /// (its work archived, the context kept); the call returns the job's context.
+    /// (its branch kept in the mirror, the context kept); the call returns the job's context.
     #[serde(default)]
     pub cleanup: bool,
 }

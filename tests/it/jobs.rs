@@ -170,3 +170,27 @@ fn gc_keeps_the_newest_finished_job_contexts() {
             && !names.contains(&"j001".to_owned())
     );
 }
+
+#[test]
+fn concurrent_jobs_on_a_new_source_clone_it_once_and_all_succeed() {
+    let (env, repo) = world();
+    let names: Vec<String> = (0..4).map(|i| env.unique(&format!("job-c{i}"))).collect();
+    let source = repo.to_str().unwrap().to_owned();
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        let runs: Vec<_> =
+            names.iter().map(|n| s.spawn(|| up_job(&env, n, &source, &["--cleanup", "--json"]))).collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for (name, out) in names.iter().zip(&outs) {
+        assert!(out.status.success(), "{name}: {}", describe(out));
+        let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(job["status"], "done", "{job}");
+    }
+    let mirror = mirrors(&env);
+    assert_eq!(mirror.len(), 1, "{mirror:?}");
+    // Each job's branch, in the one mirror, holds its own work.
+    for name in &names {
+        assert_eq!(&git(&mirror[0], &["show", &format!("forage-{name}:job.txt")]), name);
+    }
+    assert_eq!(env.containers(), Vec::<String>::new());
+}
