@@ -325,3 +325,55 @@ fn a_job_through_mcp_keeps_its_context_after_cleanup() {
     block_on(client.cancel()).unwrap();
     assert_eq!(env.containers(), Vec::<String>::new());
 }
+
+/// The "done when": an orchestrator runs three agents on one
+/// repository at once, reviews their diffs, and merges the best; nothing on
+/// the host changes but the branch it landed on (and the archives `down`
+/// keeps of the others' work).
+#[test]
+fn three_agents_in_parallel_the_best_merged_nothing_else_changed() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = crate::git::repo_state_but_archives(&repo);
+    let base = git(&repo, &["rev-parse", "main"]).trim().to_owned();
+    let names: Vec<String> = ["a", "b", "c"].iter().map(|n| env.unique(&format!("mcp-fan-{n}"))).collect();
+    let client = connect(&env);
+
+    // Three creates in flight at once on one repository.
+    let creates = names.iter().map(|n| {
+        let args = json!({ "name": n, "workspace": repo, "mode": "git-worktree" });
+        client.call_tool(CallToolRequestParams::new("create").with_arguments(args.as_object().unwrap().clone()))
+    });
+    for (n, made) in names.iter().zip(block_on(futures_util::future::join_all(creates))) {
+        let made = made.unwrap_or_else(|e| panic!("create {n}: {e}"));
+        assert_ne!(made.is_error, Some(true), "create {n}: {:?}", made.structured_content);
+    }
+    for (i, n) in names.iter().enumerate() {
+        let lines: Vec<String> = (1..=i + 1).map(|k| k.to_string()).collect();
+        let work = format!(
+            "cd /workspace && printf '{}\\n' > answer.txt && git add . && git commit -qm 'answer {i}'",
+            lines.join("\\n")
+        );
+        assert_eq!(ok(&client, "exec", json!({ "name": n, "command": ["sh", "-c", work] }))["exit_code"], 0);
+    }
+    // Reviewed: the shortest answer is the best.
+    let sizes: Vec<u64> = names
+        .iter()
+        .map(|n| ok(&client, "diff", json!({ "name": n }))["files"][0]["additions"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [1, 2, 3]);
+    let merged = ok(&client, "merge", json!({ "name": names[0], "how": "squash", "message": "the best answer" }));
+    assert_eq!(merged["landed"], true, "{merged}");
+    for n in &names {
+        ok(&client, "down", json!({ "name": n }));
+    }
+    block_on(client.cancel()).unwrap();
+
+    assert_eq!(git(&repo, &["log", "--format=%s", "main"]), "the best answer\ninitial\n");
+    assert_eq!(std::fs::read_to_string(repo.join("answer.txt")).unwrap(), "1\n");
+    // Refs and worktrees as before, but for main, now at the landed commit.
+    let main = git(&repo, &["rev-parse", "main"]).trim().to_owned();
+    assert_eq!(crate::git::repo_state_but_archives(&repo), before.replace(&base, &main));
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    env.assert_nothing_left_but_archives();
+}
