@@ -285,6 +285,11 @@ impl RawSession {
 
     fn wait(mut self) -> std::process::ExitStatus {
         self.close();
+        self.exited()
+    }
+
+    /// Waits for the server to exit, the session left as it is.
+    fn exited(&mut self) -> std::process::ExitStatus {
         let mut status = None;
         assert!(eventually(180, || {
             status = self.child.try_wait().unwrap();
@@ -376,4 +381,28 @@ fn three_agents_in_parallel_the_best_merged_nothing_else_changed() {
     assert_eq!(crate::git::repo_state_but_archives(&repo), before.replace(&base, &main));
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     env.assert_nothing_left_but_archives();
+}
+
+/// A server killed (SIGKILL) in the middle of `create` leaves what a killed
+/// `up` leaves, which `gc --force` cleans up.
+#[test]
+fn a_server_killed_mid_create_leaves_nothing_gc_cannot_clean() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = crate::git::repo_state_but_archives(&repo);
+    let name = env.unique("mcp-killed");
+    let mut raw = RawSession::start(&env, &[("FORAGE_DEBUG_KILL_AFTER", "container")]);
+    let create = json!({
+        "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": { "name": "create", "arguments": { "name": name, "workspace": repo, "mode": "git-worktree" } }
+    });
+    raw.line(&create.to_string());
+    // The client stays connected: the server dies by itself, after the container step.
+    let status = raw.exited();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "{status}");
+    assert_eq!(env.containers().len(), 1, "killed after the container was made");
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left_but_archives();
+    assert_eq!(crate::git::repo_state_but_archives(&repo), before);
 }
