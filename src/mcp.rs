@@ -71,7 +71,7 @@ const TOOLS: &[ToolDef] = &[
     tool("list", "Every sandbox: name, mode, status, agent activity, commits ahead, uncommitted files, branch, workspace.", schema_for_type::<NoArgs>, true),
     tool("status", "Everything forage knows about one sandbox: record, container, branch against its base, uncommitted files, network.", schema_for_type::<NameRequest>, true),
     tool("exec", "Run a command in a running sandbox (in /workspace, as the agent's user) and return its exit code and output (each stream cut at 1 MiB, `truncated` says so).", schema_for_type::<ExecRequest>, false),
-    tool("wait", "Wait until the agent of one of the named sandboxes exits or goes idle, or the timeout passes.", schema_for_type::<WaitRequest>, true),
+    tool("wait", "Wait until the agent of one of the named sandboxes exits or goes idle, or the timeout passes. Reports progress every 10 s.", schema_for_type::<WaitRequest>, true),
     tool("diff", "The agent's change since its base (committed and not, or one part): each file's status, line counts and patch (patches cut at 1 MiB in all).", schema_for_type::<DiffRequest>, true),
     tool("log", "The agent's commits since its base, newest first.", schema_for_type::<NameRequest>, true),
     tool("merge", "Land the agent's work on your branch (jj: bookmark) in your checkout: merge, squash or rebase; `dry_run` only says what would land.", schema_for_type::<MergeToolRequest>, false),

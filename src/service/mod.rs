@@ -109,7 +109,11 @@ pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value
     };
     let idle_for = Duration::from_secs(request.idle_for_secs);
     let timeout = Duration::from_secs(request.timeout_secs);
-    Ok(match engine.wait(&names, until, idle_for, Some(timeout)).await? {
+    let waited = tokio::select! {
+        waited = engine.wait(&names, until, idle_for, Some(timeout)) => waited?,
+        never = still_waiting(engine, &names) => match never {},
+    };
+    Ok(match waited {
         Some((name, waited)) => {
             let mut value = to_value(&waited)?;
             value["sandbox"] = name.to_string().into();
@@ -124,6 +128,18 @@ pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value
 
 /// The most of the patches one `diff` result holds, all files together.
 pub const PATCH_CAP: usize = 1 << 20;
+
+/// Says every 10 s how long `wait` has waited (a client's progress, and a
+/// sign of life for one that times calls out); never returns.
+async fn still_waiting(engine: &Engine<Docker>, names: &[SandboxName]) -> std::convert::Infallible {
+    let shown: Vec<&str> = names.iter().map(SandboxName::as_str).collect();
+    let began = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let secs = began.elapsed().as_secs();
+        engine.progress.step(&format!("waiting for {}: {secs} s so far", shown.join(", ")));
+    }
+}
 
 /// The agent's change, as `diff --json` prints it, with each file's patch
 /// (until `PATCH_CAP`; a file whose patch did not fit says `patch_truncated`).

@@ -406,3 +406,32 @@ fn a_server_killed_mid_create_leaves_nothing_gc_cannot_clean() {
     env.assert_nothing_left_but_archives();
     assert_eq!(crate::git::repo_state_but_archives(&repo), before);
 }
+
+/// `wait` tells a client that asked for progress how long it has waited,
+/// then answers `timed-out` when its timeout passes.
+#[test]
+fn wait_reports_progress_until_its_timeout() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let name = env.unique("mcp-wait");
+    let mut raw = RawSession::start(&env, &[]);
+    let call = |id: u64, tool: &str, args: Value, token: Option<&str>| {
+        let mut params = json!({ "name": tool, "arguments": args });
+        if let Some(t) = token {
+            params["_meta"] = json!({ "progressToken": t });
+        }
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params }).to_string()
+    };
+    raw.line(&call(2, "create", json!({ "name": name, "workspace": repo }), None));
+    assert_eq!(raw.answer(2)["result"]["isError"], false);
+    let wait = json!({ "names": [name], "until": "exited", "timeout_secs": 12 });
+    raw.line(&call(3, "wait", wait, Some("w")));
+    let progress = raw.until(|m| m["method"] == "notifications/progress");
+    assert_eq!(progress["params"]["progressToken"], "w");
+    assert!(progress["params"]["message"].as_str().unwrap().contains(&format!("waiting for {name}")), "{progress}");
+    assert_eq!(raw.answer(3)["result"]["structuredContent"]["agent"], "timed-out");
+    raw.line(&call(4, "down", json!({ "name": name }), None));
+    assert_eq!(raw.answer(4)["result"]["isError"], false);
+    assert!(raw.wait().success());
+    env.assert_nothing_left_but_archives();
+}
