@@ -110,6 +110,13 @@ fn create_exec_diff_merge_down_on_a_git_repository() {
     assert_eq!((ran["stderr"]["text"].as_str(), ran["stderr"]["truncated"].as_bool()), (Some("done\n"), Some(false)));
     let failed = ok(&client, "exec", json!({ "name": name, "command": ["sh", "-c", "echo no >&2; exit 3"] }));
     assert_eq!((failed["exit_code"].as_i64(), failed["stderr"]["text"].as_str()), (Some(3), Some("no\n")));
+    let slow = ok(
+        &client,
+        "exec",
+        json!({ "name": name, "command": ["sh", "-c", "echo started; sleep 30"], "timeout_secs": 2 }),
+    );
+    assert_eq!((slow["timed_out"].as_bool(), slow["exit_code"].as_i64()), (Some(true), None), "{slow}");
+    assert_eq!(slow["stdout"]["text"], "started\n");
 
     // Reviewed as `diff --json` and `log --json` show it.
     let diff = ok(&client, "diff", json!({ "name": name }));
