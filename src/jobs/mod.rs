@@ -122,6 +122,22 @@ fn save(home: &Home, job: &Job) -> Result<()> {
         .map_err(|e| Error::other(format!("writing {}: {e}", path.display())))
 }
 
+/// Makes job `name`'s directory, failing if it exists: of two requests for
+/// one name, one gets it (an exclusive create, not a look then a write).
+fn claim(home: &Home, name: &str) -> Result<()> {
+    let dir = jobs_dir(home).join(name);
+    std::fs::create_dir_all(jobs_dir(home)).map_err(|e| Error::other(format!("creating {}: {e}", dir.display())))?;
+    match std::fs::create_dir(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(Error::conflict(format!("job {name} exists: its context is kept in {}", dir.display())).hint(
+                "give the job another name (`forage-ctl jobs` lists them; `gc` removes the oldest finished ones)",
+            ))
+        }
+        Err(e) => Err(Error::other(format!("creating {}: {e}", dir.display()))),
+    }
+}
+
 fn remove(home: &Home, name: &str) {
     let _ = std::fs::remove_dir_all(jobs_dir(home).join(name));
 }
@@ -151,16 +167,10 @@ impl<R: Runtime> Engine<R> {
     pub async fn start_job(&self, spec: JobSpec) -> Result<(Job, Record)> {
         let name = spec.up.name.clone();
         crate::sandbox::ensure_name_free(&self.home, &name)?;
-        if load(&self.home, name.as_str())?.is_some() {
-            return Err(Error::conflict(format!(
-                "job {name} exists: its context is kept in {}",
-                jobs_dir(&self.home).join(name.as_str()).display()
-            ))
-            .hint("give the job another name (`forage-ctl jobs` lists them; `gc` removes the oldest finished ones)"));
-        }
         let url = mirror::source_url(&spec.source)?;
         // A template that is not there is refused before the mirror is made.
         self.templates().resolve(&spec.up.template)?;
+        claim(&self.home, name.as_str())?;
         let dir = mirror::dir(&self.home, &url);
         let mut job = Job {
             name: name.to_string(),

@@ -58,6 +58,11 @@ fn two_jobs_on_one_source_share_the_mirror_and_keep_their_context() {
     let mirror = mirrors(&env);
     assert_eq!(mirror.len(), 1, "{mirror:?}");
     let mirror = &mirror[0];
+    // A's name is taken by its context: refused, the context as it was.
+    let context = std::fs::read(env.home.join("jobs").join(&a).join("job.json")).unwrap();
+    let err = String::from_utf8(up_job(&env, &a, repo.to_str().unwrap(), &[]).stderr).unwrap();
+    assert!(err.contains(&format!("job {a} exists")), "{err}");
+    assert_eq!(std::fs::read(env.home.join("jobs").join(&a).join("job.json")).unwrap(), context);
 
     // The source moves on; B, by file:// URL, is made from the same mirror, fetched.
     std::fs::write(repo.join("a.txt"), "second\n").unwrap();
