@@ -74,6 +74,8 @@ fn two_jobs_on_one_source_share_the_mirror_and_keep_their_context() {
     let branch = format!("forage-{b}");
     git(mirror, &["merge-base", "--is-ancestor", &upstream, &branch]);
     assert!(eventually(120, || env.json(&["wait", &b, "--until", "exited", "--json"])["agent"] == "exited"));
+    let live = env.json(&["status", &b, "--json"]);
+    assert_eq!((live["job"]["status"].as_str(), live["job"]["sandbox"].as_bool()), (Some("running"), Some(true)));
     env.ok(&["down", &b]);
 
     // Both contexts outlive their sandboxes, through `jobs` and `status`.
