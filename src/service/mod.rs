@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Hint, Result};
 use crate::jobs::{self, JobSpec};
 use crate::names::SandboxName;
 use crate::runtime::docker::Docker;
-use crate::sandbox::{DownOptions, Engine, MergeRequest, Until, Waited};
+use crate::sandbox::{DownOptions, Engine, MergeRequest, Until};
 
 /// An error as a client gets it: a stable `code` (the error's kind, e.g.
 /// `not-found`), the CLI's exit code for it, the message, and the hints,
@@ -117,9 +117,6 @@ pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value
         Some((name, waited)) => {
             let mut value = to_value(&waited)?;
             value["sandbox"] = name.to_string().into();
-            if let Waited::Exited { .. } = waited {
-                value["agent"] = "exited".into();
-            }
             value
         }
         None => json!({ "agent": "timed-out" }),
