@@ -22,7 +22,10 @@ fn main() {
         (false, 2) => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // rmcp logs every JSON-RPC error it sends as a warning; for `mcp` those are
+    // answers to the client, not forage's trouble (-v shows them).
+    let default = if cli.verbose == 0 { format!("{default_level},rmcp=error") } else { default_level.to_owned() };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let color = std::io::IsTerminal::is_terminal(&std::io::stderr()) && forage::env::no_color().is_none();
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| forage::cli::LogWriter).with_ansi(color).init();
 

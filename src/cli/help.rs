@@ -4,7 +4,7 @@
 //! `about` lines, and a test keeps every command in exactly one group.
 
 /// Each command's group, in the order `--help` shows them.
-const GROUPS: [(&str, &[&str]); 4] = [
+const GROUPS: [(&str, &[&str]); 5] = [
     (
         "Lifecycle",
         &[
@@ -14,6 +14,7 @@ const GROUPS: [(&str, &[&str]); 4] = [
     ),
     ("Review and land", &["sync", "diff", "log", "merge", "update", "apply", "path", "checkout"]),
     ("Agent logins", &["login", "logout"]),
+    ("Jobs and programs", &["jobs", "mcp"]),
     ("Housekeeping", &["archives", "gc", "templates", "completions", "man", "help"]),
 ];
 

@@ -11,10 +11,12 @@ mod egress_proxy;
 mod exec;
 mod gc;
 mod help;
+mod jobs;
 mod lifecycle;
 mod list;
 mod login;
 mod logs;
+mod mcp;
 mod next;
 mod pager;
 mod path;
@@ -186,6 +188,13 @@ pub enum Command {
     /// Print the man page (roff), or write every page with --dir.
     #[command(after_help = "Example: forage-ctl man --dir ~/.cargo/share/man/man1")]
     Man(completions::ManArgs),
+    /// Jobs (`up --repo SOURCE --job`) and their context: task, status, times, result.
+    #[command(after_help = "Example: forage-ctl jobs --json")]
+    Jobs,
+    /// Serve forage's tools (create, exec, diff, merge, down, …) to an agent
+    /// over MCP on stdin/stdout, until the client disconnects.
+    #[command(after_help = "Example: claude mcp add forage -- forage-ctl mcp")]
+    Mcp,
     /// The egress proxy of `network: restricted`, as forage runs it in its own
     /// container (not for running by hand).
     #[command(
@@ -306,6 +315,8 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Templates(args) => templates::run(&ctx, args),
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
+        Command::Mcp => mcp::run(&ctx).await,
+        Command::Jobs => jobs::list(&ctx),
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::PortForward(args) => port_forward::run(args).await,
     }

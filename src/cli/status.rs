@@ -11,6 +11,9 @@ struct StatusJson<'a> {
     #[serde(flatten)]
     status: &'a SandboxStatus,
     engine: EngineJson<'a>,
+    /// The job's context, for a job's sandbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<&'a crate::jobs::Job>,
 }
 
 /// The engine, for scripts: `{"kind": "podman", "rootless": true, "version": "4.3.1", "host": "unix://…"}`.
@@ -35,7 +38,16 @@ impl<'a> From<&'a EngineInfo> for EngineJson<'a> {
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let s = engine.status(&args.name).await?;
+    let job = crate::jobs::load(&ctx.home, args.name.as_str())?;
+    let s = match (engine.status(&args.name).await, &job) {
+        (Ok(s), _) => s,
+        // A job's context outlives its sandbox.
+        (Err(e), Some(job)) if e.kind() == crate::error::ErrorKind::NotFound => {
+            super::jobs::show(ctx, job)?;
+            return Ok(0);
+        }
+        (Err(e), _) => return Err(e),
+    };
     let r = &s.record;
     let ws = r.workspace.get();
     let has_work = s.git.as_ref().is_some_and(|g| g.ahead > 0 || !g.dirty.is_empty());
@@ -44,7 +56,7 @@ pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
         // Which engine answered: the same sandbox name means different
         // containers on Docker and on Podman, so a script can tell them apart.
         let engine = engine.runtime.info().await?;
-        let json = StatusJson { status: &s, engine: EngineJson::from(&engine) };
+        let json = StatusJson { status: &s, engine: EngineJson::from(&engine), job: job.as_ref() };
         ctx.out.json_with_hints(&json, &hints)?;
         return Ok(0);
     }

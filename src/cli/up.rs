@@ -107,6 +107,16 @@ pub struct UpArgs {
     /// .devcontainer/devcontainer.json): run the template's image as it is.
     #[arg(long)]
     pub no_project_toolchain: bool,
+    /// With --repo: run a job. The repository (a path or file:// URL) is
+    /// fetched into forage's own mirror, the sandbox made from the mirror on
+    /// branch forage-NAME, and the job's context (task, status, times,
+    /// result) kept in FORAGE_HOME/jobs/NAME after the sandbox goes.
+    #[arg(long, requires = "repo")]
+    pub job: bool,
+    /// With --job: wait for the agent to exit, record the job's result, then
+    /// tear the sandbox down (its branch kept in the mirror, the job's context kept).
+    #[arg(long, requires = "job")]
+    pub cleanup: bool,
     /// Arguments appended to the template's agent command.
     #[arg(last = true)]
     pub agent_args: Vec<String>,
@@ -140,7 +150,7 @@ impl UpArgs {
         })
     }
 
-    fn spec(mut self) -> Result<UpSpec> {
+    pub(super) fn spec(mut self) -> Result<UpSpec> {
         let workspace = self.workspace()?;
         Ok(UpSpec {
             name: self.name,
@@ -192,6 +202,9 @@ fn stray_path(name: &SandboxName, path: &std::path::Path) -> Error {
 }
 
 pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
+    if args.job {
+        return super::jobs::up(ctx, args).await;
+    }
     let engine = ctx.engine().await?;
     warn_root_on_a_users_checkout(ctx, &args, engine.identity);
     // Everything that can be checked is checked before anything is made.

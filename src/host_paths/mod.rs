@@ -173,7 +173,7 @@ impl Guard {
         rules
             .everything()
             .or_else(|| rules.kernel_and_engine())
-            .or_else(|| rules.forage_state())
+            .or_else(|| rules.forage_state(exposure))
             .or_else(|| rules.doors())
             .or_else(|| match exposure {
                 Exposure::Writable => rules.system().or_else(|| rules.homes()),
@@ -279,8 +279,20 @@ impl Rules<'_> {
         ))
     }
 
-    fn forage_state(&self) -> Option<String> {
+    fn forage_state(&self, exposure: Exposure) -> Option<String> {
         let home = self.guard.forage_home.as_deref().map(resolved).filter(|home| overlaps(self.path, home))?;
+        // A job mirror's object store (FORAGE_HOME/mirrors/<hash>/objects),
+        // read-only: the job's sandbox is made from the mirror as from a
+        // user's repository, whose objects it reads. Content-addressed
+        // copies of the source's history and the jobs' synced work: nothing
+        // in it is a record, a workspace or a way to one.
+        let mirror_objects = self.path.strip_prefix(home.join("mirrors")).is_ok_and(|rel| {
+            let parts: Vec<_> = rel.components().collect();
+            parts.len() == 2 && matches!(parts[0], std::path::Component::Normal(_)) && parts[1].as_os_str() == "objects"
+        });
+        if mirror_objects && exposure == Exposure::ReadOnly {
+            return None;
+        }
         Some(format!(
             "it {} forage's state, {} (FORAGE_HOME): an agent could forge records there, or reach other sandboxes' workspaces",
             relation(self.path, &home),
@@ -383,6 +395,23 @@ mod tests {
         assert!(guard.refusal(Path::new("/proc"), Exposure::ReadOnly).is_some());
         for system in ["/opt", "/var/spool", "/var/spool/cron"] {
             assert!(refused(&resolved(Path::new(system))).unwrap().contains("system's own"), "{system}");
+        }
+    }
+
+    #[test]
+    fn a_job_mirrors_objects_are_readable_and_nothing_else_of_forage_home() {
+        let t = tempfile::tempdir().unwrap();
+        let t = t.path().canonicalize().unwrap();
+        let home = t.join("forage");
+        let mirror = home.join("mirrors/0123abcd");
+        std::fs::create_dir_all(mirror.join("objects/pack")).unwrap();
+        std::fs::create_dir_all(mirror.join("refs")).unwrap();
+        let guard = guard(&t.join("user"), &home, &t.join("docker.sock"));
+        let read_only = |p: &Path| guard.refusal(p, Exposure::ReadOnly);
+        assert_eq!(read_only(&mirror.join("objects")), None);
+        assert!(guard.refusal(&mirror.join("objects"), Exposure::Writable).is_some(), "never writable");
+        for other in [mirror.clone(), mirror.join("refs"), mirror.join("objects/pack"), home.join("mirrors")] {
+            assert!(read_only(&other).unwrap().contains("forage's state"), "{}", other.display());
         }
     }
 

@@ -80,6 +80,10 @@ impl<R: Runtime> Engine<R> {
     pub async fn down(&self, name: &SandboxName, opts: DownOptions) -> Result<DownReport> {
         // Nothing is marked for removal that could not be removed.
         self.runtime.ping().await?;
+        // A job's context keeps what its agent did (jobs::record_job_result).
+        if let Err(e) = self.record_job_result(name).await {
+            self.progress.warn(&format!("the result of job {name} was not recorded: {e}"));
+        }
         let _lock = self.lock_sandbox(name).await?;
         let Some(mut record) = self.home.load(name)? else {
             return self.remove_orphan(name).await;

@@ -45,6 +45,8 @@ pub enum Kind {
     OrphanForwarder,
     /// The egress proxy (and its network), with no restricted sandbox left.
     UnusedProxy,
+    /// A finished job's context beyond the newest `jobs::KEEP_FINISHED`.
+    OldJob,
 }
 
 impl std::fmt::Display for Kind {
@@ -62,6 +64,7 @@ impl std::fmt::Display for Kind {
             Kind::OrphanNetwork => "orphan-network",
             Kind::OrphanForwarder => "orphan-forwarder",
             Kind::UnusedProxy => "unused-proxy",
+            Kind::OldJob => "old-job",
         })
     }
 }
@@ -142,6 +145,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.gc_egress(|n| seen.had_record(n), force).await?);
         findings.extend(self.gc_forwarders(|n| seen.had_record(n), force).await?);
         findings.extend(self.stale_files(force).await?);
+        findings.extend(self.old_jobs(force).await?);
         Ok(findings)
     }
 
@@ -265,6 +269,20 @@ impl<R: Runtime> Engine<R> {
             );
             let remove = async {
                 std::fs::remove_file(&path).map_err(|e| Error::other(format!("removing {}: {e}", path.display())))
+            };
+            findings.push(finding.act(force, remove).await);
+        }
+        Ok(findings)
+    }
+
+    /// Finished jobs' contexts past the newest `jobs::KEEP_FINISHED`.
+    async fn old_jobs(&self, force: bool) -> Result<Vec<Finding>> {
+        let mut findings = Vec::new();
+        for dir in crate::jobs::beyond(&self.home, crate::jobs::KEEP_FINISHED)? {
+            let why = format!("forage keeps the contexts of the newest {} finished jobs", crate::jobs::KEEP_FINISHED);
+            let finding = Finding::new(Kind::OldJob, dir.display().to_string(), why, "remove the job's context");
+            let remove = async {
+                std::fs::remove_dir_all(&dir).map_err(|e| Error::other(format!("removing {}: {e}", dir.display())))
             };
             findings.push(finding.act(force, remove).await);
         }

@@ -72,7 +72,7 @@ impl Cancel {
         }
     }
 
-    fn is_triggered(&self) -> bool {
+    pub fn is_triggered(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 

@@ -25,6 +25,8 @@ mod image;
 mod inject;
 mod jj;
 mod jj_isolation;
+mod jobs;
+mod mcp;
 mod merge_conflicts;
 mod network;
 mod next_step;

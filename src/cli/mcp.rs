@@ -1,0 +1,31 @@
+//! `mcp`: the MCP server on stdin and stdout (`crate::mcp`), until the client
+//! disconnects or a signal asks it to stop; either way, calls in flight are
+//! cancelled and roll back before the process exits.
+
+use rmcp::ServiceExt;
+
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::mcp::Server;
+
+pub async fn run(ctx: &Ctx) -> Result<i32> {
+    // stdout carries the protocol: nothing else may write there.
+    ctx.no_json("mcp", "speaks MCP on stdout")?;
+    let server = Server::new(ctx.engine().await?);
+    ctx.cancel_on_signals();
+    let running = server
+        .clone()
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| Error::other(format!("the MCP client did not start a session: {e}")))?;
+    tokio::select! {
+        quit = running.waiting() => {
+            if let Err(e) = quit {
+                tracing::warn!("the MCP session ended: {e}");
+            }
+        }
+        () = ctx.cancel.triggered() => {}
+    }
+    server.shutdown().await;
+    Ok(0)
+}
