@@ -14,7 +14,7 @@ const GROUPS: [(&str, &[&str]); 5] = [
     ),
     ("Review and land", &["sync", "diff", "log", "merge", "update", "apply", "path", "checkout"]),
     ("Agent logins", &["login", "logout"]),
-    ("For programs", &["mcp"]),
+    ("For programs", &["mcp", "serve"]),
     ("Housekeeping", &["archives", "gc", "templates", "completions", "man", "help"]),
 ];
 
