@@ -259,6 +259,11 @@ let
       stop_timeout = t.stopTimeout or defaults.stopTimeout;
     }
     // optionalAttrs ((t.networkAllow or [ ]) != [ ]) { network_allow = t.networkAllow; }
+    // optionalAttrs ((t.inject or { }) != { }) {
+      inject = builtins.mapAttrs (
+        _: i: { inherit (i) header secret; } // optionalAttrs ((i.prefix or "") != "") { inherit (i) prefix; }
+      ) t.inject;
+    }
     // optionalAttrs (nonNull (imageRef t)) { image = imageRef t; }
     // optionalAttrs (nonNull build) {
       build = {

@@ -311,6 +311,39 @@ let
         description = "With `network = \"restricted\"`: the hosts the sandbox may reach (names, `*.domain` globs, IPv4 addresses; `:PORT` pins a port, else 80 and 443). Written as the template's `network_allow`.";
       };
 
+      inject = mkOption {
+        type = types.attrsOf (
+          types.submodule {
+            options = {
+              header = mkOption {
+                type = types.str;
+                example = "x-api-key";
+                description = "The request header the egress proxy sets.";
+              };
+              secret = mkOption {
+                type = types.str;
+                example = "anthropic";
+                description = "The secret (a sandbox's `secrets.<name>`, or `up --secret NAME=FILE`) whose value the proxy puts in the header.";
+              };
+              prefix = mkOption {
+                type = types.str;
+                default = "";
+                example = "Bearer ";
+                description = "Text put before the secret's value in the header.";
+              };
+            };
+          }
+        );
+        default = { };
+        example = {
+          "api.anthropic.com" = {
+            header = "x-api-key";
+            secret = "anthropic";
+          };
+        };
+        description = "With `network = \"restricted\"`: keys the egress proxy puts in HTTPS requests to these hosts, so the sandbox holds only a placeholder. Written as the template's `inject`.";
+      };
+
       resources = {
         memory = mkOption {
           type = types.str;

@@ -54,6 +54,8 @@ pub struct Settings {
     pub pager: Option<String>,
     /// `LESS` is set: the user's own options for less, kept.
     pub less_set: bool,
+    /// `SSL_CERT_FILE`: the roots the user's TLS trusts, when not the system's.
+    pub ssl_cert_file: Option<PathBuf>,
 }
 
 /// A variable's value, unless unset or empty (which programs take for unset).
@@ -88,7 +90,14 @@ impl Settings {
             debug_pause_after: var(FORAGE_DEBUG_PAUSE_AFTER),
             pager: var("FORAGE_PAGER").or_else(|| var("PAGER")),
             less_set: var_os("LESS").is_some(),
+            ssl_cert_file: var_os("SSL_CERT_FILE").map(PathBuf::from),
         }
+    }
+
+    /// The roots the host trusts: `SSL_CERT_FILE` (as OpenSSL reads it), else
+    /// the system's bundle. The egress proxy checks injected hosts against them.
+    pub fn trusted_roots(&self) -> PathBuf {
+        self.ssl_cert_file.clone().unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"))
     }
 
     /// `~/rest` with `~` the user's home; other paths as they are.

@@ -260,6 +260,10 @@ pub struct EgressRecord {
     pub sandbox_address: std::net::Ipv4Addr,
     /// The template's `network_allow`, the user's allow file and `--allow`, in that order.
     pub allow: crate::egress::policy::Allowlist,
+    /// The keys the proxy sets for it (names only: the values are in the
+    /// proxy's keys file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<crate::egress::inject::InjectRule>,
 }
 
 fn git_mode() -> Mode {

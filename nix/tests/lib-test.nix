@@ -102,6 +102,11 @@ let
         "*.githubusercontent.com"
         "models.internal:11434"
       ];
+      inject."api.openai.com" = {
+        header = "authorization";
+        secret = "openai";
+        prefix = "Bearer ";
+      };
     };
 
     # A Nix package in an image of the template's choosing.

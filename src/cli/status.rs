@@ -154,6 +154,16 @@ fn network_lines(ctx: &Ctx, s: &SandboxStatus) {
         for entry in &n.allow {
             line("allow", entry.clone());
         }
+        for rule in &n.inject {
+            let prefix = if rule.prefix.is_empty() { String::new() } else { format!("{:?} + ", rule.prefix) };
+            line(
+                "inject",
+                format!(
+                    "{}: {} <- {prefix}secret {} (the sandbox has a placeholder)",
+                    rule.host, rule.header, rule.secret
+                ),
+            );
+        }
     } else if let Some(network) = s.record.options.network {
         line("network", network.as_str().to_owned());
     }

@@ -27,6 +27,9 @@ pub struct Entry {
     pub proxy_ip: Ipv4Addr,
     pub sandbox_ip: Ipv4Addr,
     pub allow: Allowlist,
+    /// The hosts whose keys the proxy sets for it (their values are in its keys file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<String>,
 }
 
 impl EgressMap {

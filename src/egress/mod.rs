@@ -8,6 +8,8 @@
 //! itself (`proxy`).
 
 pub mod dns;
+pub mod inject;
+pub mod intercept;
 pub mod log;
 pub mod map;
 pub mod policy;

@@ -47,6 +47,8 @@ struct State {
     config: Config,
     map: Mutex<Loaded>,
     log: Mutex<()>,
+    /// For the hosts whose keys the proxy sets (`super::intercept`).
+    tls: super::intercept::Tls,
 }
 
 impl State {
@@ -79,7 +81,8 @@ impl State {
 /// Serves until the process is killed.
 pub async fn serve(config: Config) -> std::io::Result<()> {
     let listener = TcpListener::bind(config.listen).await?;
-    let state = Arc::new(State { config, map: Mutex::new((None, Arc::default())), log: Mutex::new(()) });
+    let tls = super::intercept::Tls::new(config.policy_dir.clone());
+    let state = Arc::new(State { config, map: Mutex::new((None, Arc::default())), log: Mutex::new(()), tls });
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tracing::info!("egress proxy listening on {}", listener.local_addr()?);
     loop {
@@ -302,7 +305,9 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     if read != Ok(true) {
         return;
     }
+    let injected = injects(sandbox, &host);
     let mismatch = match tls::parse(&first) {
+        Hello::NotTls if injected => Some("the proxy sets this host's key, and only over TLS".to_owned()),
         Hello::NotTls | Hello::Tls(None) => None,
         Hello::Tls(Some(sni)) if Host::Name(sni.clone()) == host => None,
         Hello::Tls(Some(sni)) => Some(format!("its TLS names {sni:?}, not {host}")),
@@ -320,8 +325,22 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     if refused {
         return; // dropping both ends closes the tunnel
     }
+    if let (true, Host::Name(name)) = (injected, &host) {
+        return intercept(state, sandbox, client, first, upstream, name).await;
+    }
     if upstream.write_all(&first).await.is_ok() {
         let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+}
+
+/// A tunnel to a host whose key the proxy sets: served by `super::intercept`.
+async fn intercept(state: &State, sandbox: &Entry, client: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str) {
+    let keys = super::inject::read_keys(&state.config.policy_dir, &sandbox.name).unwrap_or_else(|e| {
+        tracing::error!("reading sandbox {}'s keys: {e}", sandbox.name);
+        Vec::new()
+    });
+    if let Err(why) = super::intercept::serve(&state.tls, client, first, upstream, name, keys).await {
+        tracing::warn!("sandbox {}, {name}: {why}", sandbox.name);
     }
 }
 
@@ -346,6 +365,9 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         let _ = respond(&mut client, 400, &format!("forage: {authority:?} is not a host\n")).await;
         return;
     };
+    if injects(sandbox, &host) {
+        return refuse_plain_to_injected(state, sandbox, client, &host, port).await;
+    }
     let Some(mut upstream) = open_or_answer(state, sandbox, &mut client, &host, port).await else { return };
     state.log(Decision {
         time: now(),
@@ -372,6 +394,28 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     if upstream.write_all(head.as_bytes()).await.is_ok() && upstream.write_all(&request.rest).await.is_ok() {
         let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     }
+}
+
+/// Plain HTTP to a host whose key the proxy sets: refused, so the key never
+/// travels in clear.
+async fn refuse_plain_to_injected(state: &State, sandbox: &Entry, mut client: TcpStream, host: &Host, port: u16) {
+    let why = "the proxy sets this host's key, and only over HTTPS";
+    state.log(Decision {
+        time: now(),
+        sandbox: sandbox.name.clone(),
+        host: host.to_string(),
+        port,
+        allowed: false,
+        reason: Some(why.into()),
+    });
+    let text =
+        format!("forage: sandbox {} may not reach {host}:{port} over plain HTTP: {why}; use https://\n", sandbox.name);
+    let _ = respond(&mut client, 403, &text).await;
+}
+
+/// The proxy sets a key for `host` in `sandbox`'s requests.
+fn injects(sandbox: &Entry, host: &Host) -> bool {
+    matches!(host, Host::Name(name) if sandbox.inject.iter().any(|h| h == name))
 }
 
 async fn respond(client: &mut TcpStream, status: u16, text: &str) -> std::io::Result<()> {

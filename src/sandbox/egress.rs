@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use sha2::{Digest, Sha256};
 
 use super::Engine;
+use crate::egress::inject::{self, InjectRule};
 use crate::egress::map::{EgressMap, Entry};
 use crate::egress::policy::{Allowlist, Pattern, SANDBOX_RANGE};
 use crate::egress::{subnet, LOG_INSIDE, POLICY_INSIDE, PROXY_HOST, PROXY_PORT, SANDBOX_HOST, SANDBOX_SUBNET_BITS};
@@ -100,9 +101,67 @@ pub(crate) fn allowlist(
         all.extend(read_allow_file(&file)?);
     }
     all.extend(options.allow.iter().cloned());
+    // A host whose key the proxy sets is reached over HTTPS (added when no
+    // entry allows it yet).
+    for host in template.template.inject.keys() {
+        let host_name = crate::egress::policy::Host::Name(host.clone());
+        if Allowlist(all.clone()).check(&host_name, 443).is_none() {
+            all.extend(format!("{host}:443").parse::<Pattern>());
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     all.retain(|p| seen.insert(p.to_string()));
     Ok(Allowlist(all))
+}
+
+/// The template's `inject` rules whose secrets were given (a template with a
+/// login may run without them), under `network: restricted` only: on another
+/// network no proxy stands between the agent and the host, so the agent gets
+/// the key itself, and `warnings` says so.
+pub(crate) fn inject_rules(
+    template: &template::Resolved,
+    options: &crate::record::UpOptions,
+    network: Network,
+    warnings: &mut Vec<String>,
+) -> Vec<InjectRule> {
+    let given = |secret: &str| options.secrets.iter().any(|s| s.name == secret);
+    let rules: Vec<InjectRule> = template
+        .template
+        .inject
+        .iter()
+        .filter(|(_, spec)| given(&spec.secret))
+        .map(|(host, spec)| InjectRule {
+            host: host.clone(),
+            header: spec.header.clone(),
+            secret: spec.secret.clone(),
+            prefix: spec.prefix.clone(),
+        })
+        .collect();
+    if network == Network::Restricted || rules.is_empty() {
+        return rules;
+    }
+    let names: Vec<&str> = rules.iter().map(|r| r.secret.as_str()).collect();
+    warnings.push(format!(
+        "template {} has the egress proxy set the key {} for the agent under `network: restricted`; on network {} the agent holds the key itself",
+        template.name,
+        names.join(", "),
+        network.as_str()
+    ));
+    Vec::new()
+}
+
+/// The environment that points the agent's TLS at the bundle holding
+/// forage's CA, where the template did not set it.
+fn trust_env(env: &mut Vec<String>) {
+    let set = |env: &Vec<String>, var: &str| env.iter().any(|kv| kv.split('=').next() == Some(var));
+    for var in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"] {
+        if !set(env, var) {
+            env.push(format!("{var}={}", inject::BUNDLE_INSIDE));
+        }
+    }
+    if !set(env, "NODE_EXTRA_CA_CERTS") {
+        env.push(format!("NODE_EXTRA_CA_CERTS={}", inject::CA_INSIDE));
+    }
 }
 
 /// A short name for a FORAGE_HOME, for the engine's object names.
@@ -137,6 +196,9 @@ pub(crate) fn attach(mut spec: ContainerSpec, record: &Record) -> ContainerSpec 
     }
     spec.env.push("NO_PROXY=localhost,127.0.0.1".into());
     spec.env.push("no_proxy=localhost,127.0.0.1".into());
+    if !egress.inject.is_empty() {
+        trust_env(&mut spec.env);
+    }
     spec.egress = Some(EgressAttachment {
         network: egress.network.clone(),
         address: egress.sandbox_address,
@@ -148,7 +210,12 @@ pub(crate) fn attach(mut spec: ContainerSpec, record: &Record) -> ContainerSpec 
 impl<R: Runtime> Engine<R> {
     /// `up`'s step for `network: restricted`: the sandbox's network (journaled
     /// first), then the proxy joined to it and the map naming it.
-    pub(crate) async fn make_egress(&self, record: &mut Record, allow: Allowlist) -> Result<()> {
+    pub(crate) async fn make_egress(
+        &self,
+        record: &mut Record,
+        allow: Allowlist,
+        inject: Vec<InjectRule>,
+    ) -> Result<()> {
         let network = sandbox_network(&record.name);
         self.step(&format!("making network {network}"));
         self.begin(record, Step::Network { name: network.clone() })?;
@@ -196,8 +263,10 @@ impl<R: Runtime> Engine<R> {
             proxy_address: subnet.host(PROXY_HOST),
             sandbox_address: subnet.host(SANDBOX_HOST),
             allow,
+            inject,
         });
         self.home.save(record)?;
+        self.write_injected_keys(record).await?;
         self.join_proxy(record).await?;
         self.checkpoint(Step::Network { name: String::new() }.checkpoint()).await
     }
@@ -222,12 +291,86 @@ impl<R: Runtime> Engine<R> {
         self.write_egress_map(None)
     }
 
+    /// The proxy's copy of the sandbox's injected keys (read from the
+    /// private copies `copy_secrets` made), its CA and the host's roots.
+    async fn write_injected_keys(&self, record: &Record) -> Result<()> {
+        let Some(egress) = record.egress.as_ref().filter(|e| !e.inject.is_empty()) else { return Ok(()) };
+        let _lock = self.egress_lock().await?;
+        let policy = self.egress_dir().join("policy");
+        std::fs::create_dir_all(&policy).map_err(|e| Error::other(format!("making {}: {e}", policy.display())))?;
+        let secrets = self.home.secrets_dir().join(record.name.as_str());
+        let mut keys = Vec::new();
+        for rule in &egress.inject {
+            let value = std::fs::read(super::secrets::injected_path(&secrets, &rule.secret))
+                .map_err(|e| Error::other(format!("reading the copy of secret {:?}: {e}", rule.secret)))?;
+            let value = inject::header_value(&rule.secret, &value).map_err(Error::usage)?;
+            keys.push(inject::Key {
+                host: rule.host.clone(),
+                header: rule.header.clone(),
+                value: format!("{}{value}", rule.prefix),
+            });
+        }
+        let fail =
+            |e: std::io::Error| Error::other(format!("writing the egress proxy's keys in {}: {e}", policy.display()));
+        inject::ensure_ca(&policy).map_err(fail)?;
+        inject::copy_upstream_roots(&policy, &self.settings.trusted_roots()).map_err(Error::usage)?;
+        inject::write_keys(&policy, record.name.as_str(), &keys).map_err(fail)
+    }
+
+    /// Gives a new container of `record` (`up`, `reset`) forage's CA: alone,
+    /// and added to the image's own bundle, which it replaces.
+    pub(crate) async fn give_egress_trust(&self, record: &Record) -> Result<()> {
+        if record.egress.as_ref().is_none_or(|e| e.inject.is_empty()) {
+            return Ok(());
+        }
+        let policy = self.egress_dir().join("policy");
+        let ca = inject::ensure_ca(&policy).map_err(|e| Error::other(format!("reading forage's CA: {e}")))?;
+        let image_bundle = self.image_bundle(&record.container).await?;
+        let mut files = vec![(inject::CA_INSIDE, ca.clone().into_bytes())];
+        let mut bundle = image_bundle.clone().unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.as_bytes());
+        files.push((inject::BUNDLE_INSIDE, bundle.clone()));
+        if image_bundle.is_some() {
+            files.push((inject::SYSTEM_BUNDLE, bundle));
+        }
+        let tar = trust_archive(&files).map_err(|e| Error::other(format!("packing forage's CA: {e}")))?;
+        self.runtime.upload(&record.container, "/", tar).await
+    }
+
+    /// The image's CA bundle, if it has one (a regular file, bounded).
+    async fn image_bundle(&self, container: &str) -> Result<Option<Vec<u8>>> {
+        use crate::runtime::Download;
+        let archive = match self.runtime.download(container, "/", inject::SYSTEM_BUNDLE, inject::MAX_BUNDLE).await? {
+            Download::Archive(bytes) => bytes,
+            _ => return Ok(None),
+        };
+        let mut tar = tar::Archive::new(archive.as_slice());
+        let entries = tar.entries().map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
+            if entry.header().entry_type().is_file() {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut bytes)
+                    .map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
+                return Ok(Some(bytes));
+            }
+        }
+        Ok(None)
+    }
+
     /// Undoes `Step::Network`: the map first (no connection is taken for the
-    /// sandbox any more), then the network.
+    /// sandbox any more), then its keys and the network.
     pub(crate) async fn remove_egress(&self, record: &Record, network: &str) -> Result<()> {
         {
             let _lock = self.egress_lock().await?;
             self.write_egress_map(Some(&record.name))?;
+            let policy = self.egress_dir().join("policy");
+            inject::remove_keys(&policy, record.name.as_str()).map_err(|e| {
+                Error::other(format!("removing sandbox {}'s keys in {}: {e}", record.name, policy.display()))
+            })?;
         }
         self.runtime.remove_network(network).await
     }
@@ -260,6 +403,7 @@ impl<R: Runtime> Engine<R> {
                     proxy_ip: e.proxy_address,
                     sandbox_ip: e.sandbox_address,
                     allow: e.allow,
+                    inject: e.inject.into_iter().map(|r| r.host).collect(),
                 })
             })
             .collect();
@@ -351,8 +495,13 @@ impl<R: Runtime> Engine<R> {
             let Some(Ok(name)) = labels.get(LABEL_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
             let Some(_lock) = self.lock_if_unowned(&name, had_record(&name))? else { continue };
             let why = format!("the network of sandbox {name}, which has no record");
-            let finding = Finding::new(Kind::OrphanNetwork, network.clone(), why, "remove the network");
-            findings.push(finding.act(force, self.runtime.remove_network(&network)).await);
+            let finding = Finding::new(Kind::OrphanNetwork, network.clone(), why, "remove the network and its keys");
+            let policy = self.egress_dir().join("policy");
+            let remove = async {
+                inject::remove_keys(&policy, name.as_str()).map_err(|e| Error::other(format!("removing keys: {e}")))?;
+                self.runtime.remove_network(&network).await
+            };
+            findings.push(finding.act(force, remove).await);
         }
         let (proxy, outside) = (proxy_container(&label), outside_network(&label));
         if !self.proxy_exists().await? {
@@ -399,6 +548,33 @@ impl<R: Runtime> Engine<R> {
             Err(e) => Err(Error::other(format!("removing {}: {e}", dir.display()))),
         }
     }
+}
+
+/// A tar of `files` (absolute paths), readable by all, with their directories.
+fn trust_archive(files: &[(&str, Vec<u8>)]) -> std::io::Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut dirs = std::collections::BTreeSet::new();
+    for (path, _) in files {
+        let mut at = std::path::Path::new(path.trim_start_matches('/'));
+        while let Some(parent) = at.parent().filter(|p| !p.as_os_str().is_empty()) {
+            dirs.insert(parent.to_path_buf());
+            at = parent;
+        }
+    }
+    for dir in dirs {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_size(0);
+        tar.append_data(&mut header, &dir, std::io::empty())?;
+    }
+    for (path, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(bytes.len() as u64);
+        tar.append_data(&mut header, path.trim_start_matches('/'), bytes.as_slice())?;
+    }
+    tar.into_inner()
 }
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ pub struct ContainerPlan {
     pub(crate) network: Network,
     /// `network: restricted`: what it may reach (empty for other networks).
     pub(crate) allow: crate::egress::policy::Allowlist,
+    /// `network: restricted`: the keys the proxy sets (for the secrets given).
+    pub(crate) inject: Vec<crate::egress::inject::InjectRule>,
     pub(crate) read_only: bool,
     /// The project's toolchain the agent is layered on, when it is.
     pub(crate) toolchain: Option<Toolchain>,
@@ -84,7 +86,8 @@ impl ContainerPlan {
         let network = options.network.unwrap_or(t.network);
         let allow = super::egress::allowlist(template, options, network, settings)?;
         crate::ports::check_publish(&options.publish, network)?;
-        let (image, toolchain, warnings) = image_source(template, options, settings, identity, toolchain)?;
+        let (image, toolchain, mut warnings) = image_source(template, options, settings, identity, toolchain)?;
+        let inject = super::egress::inject_rules(template, options, network, &mut warnings);
         let project_env = toolchain.as_ref().map(|tc| tc.env.clone()).unwrap_or_default();
         let mut init = toolchain.as_ref().map(|tc| tc.init.clone()).unwrap_or_default();
         init.extend(t.init.iter().cloned());
@@ -100,6 +103,7 @@ impl ContainerPlan {
             mounts,
             network,
             allow,
+            inject,
             read_only: options.read_only || t.workspace.read_only,
         })
     }

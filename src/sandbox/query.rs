@@ -211,6 +211,9 @@ pub struct NetworkStatus {
     pub mode: crate::runtime::Network,
     /// What it may reach (the template's, the allow file's and `--allow`'s).
     pub allow: Vec<String>,
+    /// The keys the proxy sets, per host (names only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<crate::egress::inject::InjectRule>,
     /// The egress proxy's container and the network it reaches out through.
     pub proxy: String,
     pub outside_network: String,
@@ -381,6 +384,7 @@ impl<R: Runtime> Engine<R> {
         let network = record.egress.as_ref().map(|e| NetworkStatus {
             mode: crate::runtime::Network::Restricted,
             allow: e.allow.0.iter().map(ToString::to_string).collect(),
+            inject: e.inject.clone(),
             proxy: super::egress::proxy_container(&label),
             outside_network: super::egress::outside_network(&label),
             sandbox_network: e.network.clone(),

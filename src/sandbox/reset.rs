@@ -58,6 +58,7 @@ impl<R: Runtime> Engine<R> {
         let made = async {
             self.step(&format!("creating container {}", spec.name));
             self.runtime.create(&spec).await?;
+            self.give_egress_trust(&record).await?;
             if state {
                 self.hand_state(&record, &template.template.agent.state).await?;
             }
@@ -141,7 +142,9 @@ impl<R: Runtime> Engine<R> {
                 self.refuse_secret_in_reach(file, &secret.name, &own)?;
             }
         }
-        self.copy_secrets(record).await
+        let injected: Vec<String> =
+            record.egress.iter().flat_map(|e| e.inject.iter().map(|r| r.secret.clone())).collect();
+        self.copy_secrets(record, &injected).await
     }
 }
 

@@ -24,6 +24,13 @@ pub fn copy_path(dir: &Path, secret: &str) -> PathBuf {
     dir.join(secret)
 }
 
+/// Where the real value of a secret the egress proxy injects is kept (the
+/// container's copy holds a placeholder): a name no secret can have, and
+/// never mounted.
+pub fn injected_path(dir: &Path, secret: &str) -> PathBuf {
+    dir.join(format!(".injected.{secret}"))
+}
+
 /// Where the copy of `up --task`'s text is, in the sandbox's secrets
 /// directory `dir`: a name no secret can have (secret names start with a
 /// letter or digit).
@@ -66,8 +73,10 @@ pub fn read_task_file(path: &Path) -> Result<String> {
 
 /// Copies each of `secrets` into `dir` (made here, mode 0700; each copy 0600),
 /// reading each through no symlink (its path was made canonical when `up`
-/// checked it), as a regular file of at most `MAX_SECRET_BYTES`.
-pub fn copy_all(secrets: &[SecretFile], dir: &Path) -> Result<()> {
+/// checked it), as a regular file of at most `MAX_SECRET_BYTES`. A secret of
+/// `injected` gets a placeholder in its copy, and its value a copy no
+/// container mounts, which must be one line of text (a header's value).
+pub fn copy_all(secrets: &[SecretFile], dir: &Path, injected: &[String]) -> Result<()> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(dir)
@@ -77,7 +86,14 @@ pub fn copy_all(secrets: &[SecretFile], dir: &Path) -> Result<()> {
             Some(SecretValue(value)) => value.clone(),
             None => read_value(secret)?,
         };
-        write_private(&copy_path(dir, &secret.name), &value)?;
+        if injected.contains(&secret.name) {
+            crate::egress::inject::header_value(&secret.name, &value).map_err(Error::usage)?;
+            write_private(&injected_path(dir, &secret.name), &value)?;
+            let placeholder = crate::egress::inject::placeholder(&secret.name);
+            write_private(&copy_path(dir, &secret.name), placeholder.as_bytes())?;
+        } else {
+            write_private(&copy_path(dir, &secret.name), &value)?;
+        }
     }
     Ok(())
 }
@@ -161,7 +177,7 @@ mod tests {
         std::fs::write(t.join("key"), "s3cret").unwrap();
         let dir = t.join("secrets/box");
         std::fs::create_dir(t.join("secrets")).unwrap();
-        copy_all(&[SecretFile::from_file("api", t.join("key"))], &dir).unwrap();
+        copy_all(&[SecretFile::from_file("api", t.join("key"))], &dir, &[]).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::read(dir.join("api")).unwrap(), b"s3cret");
         assert_eq!(std::fs::metadata(dir.join("api")).unwrap().permissions().mode() & 0o777, 0o600);
@@ -170,14 +186,14 @@ mod tests {
         // The key swapped for a symlink to something else after `up` checked it.
         std::fs::rename(t.join("key"), t.join("key-real")).unwrap();
         std::os::unix::fs::symlink(t.join("key-real"), t.join("key")).unwrap();
-        let err = copy_all(&[SecretFile::from_file("api", t.join("key"))], &t.join("secrets/other"));
+        let err = copy_all(&[SecretFile::from_file("api", t.join("key"))], &t.join("secrets/other"), &[]);
         assert!(err.unwrap_err().to_string().contains("is now a symlink"));
         // Too large, or a FIFO: refused, never blocking.
         std::fs::write(t.join("big"), vec![b'x'; MAX_SECRET_BYTES as usize + 1]).unwrap();
-        let err = copy_all(&[SecretFile::from_file("big", t.join("big"))], &t.join("secrets/big"));
+        let err = copy_all(&[SecretFile::from_file("big", t.join("big"))], &t.join("secrets/big"), &[]);
         assert!(err.unwrap_err().to_string().contains("larger than"));
         nix::unistd::mkfifo(&t.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let err = copy_all(&[SecretFile::from_file("f", t.join("fifo"))], &t.join("secrets/fifo"));
+        let err = copy_all(&[SecretFile::from_file("f", t.join("fifo"))], &t.join("secrets/fifo"), &[]);
         assert!(err.unwrap_err().to_string().contains("not a regular file"));
     }
 }

@@ -67,7 +67,8 @@ impl<R: Runtime> Engine<R> {
             self.home.remove(&record.name)?;
             return Err(self.rolled_back(e));
         }
-        let restricted = (req.plan.network == crate::runtime::Network::Restricted).then(|| req.plan.allow.clone());
+        let restricted = (req.plan.network == crate::runtime::Network::Restricted)
+            .then(|| (req.plan.allow.clone(), req.plan.inject.clone()));
         let how = Making { read_only: req.plan.read_only, start: req.start, login_dir: req.login_dir };
         let made = self.make(&mut record, spec, how, &t.agent.state, restricted).await;
         let result = match made {
@@ -119,15 +120,16 @@ impl<R: Runtime> Engine<R> {
         spec: ContainerSpec,
         how: Making,
         state: &[String],
-        restricted: Option<crate::egress::policy::Allowlist>,
+        restricted: Option<(crate::egress::policy::Allowlist, Vec<crate::egress::inject::InjectRule>)>,
     ) -> Result<()> {
-        self.copy_secrets(record).await?;
+        let injected: Vec<String> = restricted.iter().flat_map(|(_, i)| i.iter().map(|r| r.secret.clone())).collect();
+        self.copy_secrets(record, &injected).await?;
         self.make_workspace(record).await?;
         if how.login_dir {
             self.make_login_dir(record)?;
         }
-        if let Some(allow) = restricted {
-            self.make_egress(record, allow).await?;
+        if let Some((allow, inject)) = restricted {
+            self.make_egress(record, allow, inject).await?;
         }
         let spec = with_workspace_mounts(spec, &record.workspace, how.read_only, &guard(&self.home, &self.settings));
         let spec = super::egress::attach(spec, record);
@@ -148,6 +150,7 @@ impl<R: Runtime> Engine<R> {
             return Err(e);
         }
         self.checkpoint("container").await?;
+        self.give_egress_trust(record).await?;
         self.give_agent_state(record, state).await?;
         if how.start {
             self.start_agent(record, &mounts).await?;
@@ -164,7 +167,9 @@ impl<R: Runtime> Engine<R> {
 
     /// Copies the `--secret` files into FORAGE_HOME/secrets/<name>, which the
     /// container mounts: the files they came from are never read again.
-    pub(crate) async fn copy_secrets(&self, record: &mut Record) -> Result<()> {
+    /// The secrets named in `injected` are the proxy's: the container's copy
+    /// holds a placeholder.
+    pub(crate) async fn copy_secrets(&self, record: &mut Record, injected: &[String]) -> Result<()> {
         if record.options.secrets.is_empty() && record.options.task_text.is_none() {
             return Ok(());
         }
@@ -173,8 +178,9 @@ impl<R: Runtime> Engine<R> {
         self.home.ensure_secrets_dir()?;
         let (secrets, dir) = (record.options.secrets.clone(), self.home.secrets_dir().join(record.name.as_str()));
         let task = record.options.task_text.clone();
+        let injected = injected.to_vec();
         super::blocking(move || {
-            super::secrets::copy_all(&secrets, &dir)?;
+            super::secrets::copy_all(&secrets, &dir, &injected)?;
             task.map_or(Ok(()), |text| super::secrets::copy_task(&text, &dir))
         })
         .await?;

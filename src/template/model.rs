@@ -119,6 +119,9 @@ pub struct Template {
     /// With `network: restricted`: the hosts the sandbox may reach (names,
     /// `*.domain` globs, IPv4 addresses; `:PORT` pins a port, else 80 and 443).
     pub network_allow: Vec<crate::egress::policy::Pattern>,
+    /// With `network: restricted`: secrets the egress proxy puts in request
+    /// headers to these hosts, the sandbox holding only a placeholder.
+    pub inject: crate::egress::inject::InjectMap,
     pub resources: Resources,
     pub mounts: Vec<MountSpec>,
     /// Shell commands run in /workspace before the agent starts; one failing fails `up`.
@@ -275,6 +278,8 @@ pub struct RawTemplate {
     network: Network,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     network_allow: Vec<crate::egress::policy::Pattern>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    inject: crate::egress::inject::InjectMap,
     #[serde(default)]
     resources: Resources,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -303,6 +308,7 @@ impl From<Template> for RawTemplate {
             workspace: t.workspace,
             network: t.network,
             network_allow: t.network_allow,
+            inject: t.inject,
             resources: t.resources,
             mounts: t.mounts,
             init: t.init,
@@ -335,6 +341,7 @@ impl TryFrom<RawTemplate> for Template {
         };
         check_agent(&t.agent, &t.init)?;
         check_mounts(&t.mounts)?;
+        crate::egress::inject::check(&t.inject)?;
         if t.resources.cpus.is_nan() || t.resources.cpus <= 0.0 {
             return Err(format!("resources.cpus must be above 0, not {}", t.resources.cpus));
         }
@@ -353,6 +360,7 @@ impl TryFrom<RawTemplate> for Template {
             workspace: t.workspace,
             network: t.network,
             network_allow: t.network_allow,
+            inject: t.inject,
             resources: t.resources,
             mounts: t.mounts,
             init: t.init,

@@ -22,6 +22,7 @@ mod honesty;
 mod host_paths;
 mod host_safety;
 mod image;
+mod inject;
 mod jj;
 mod jj_isolation;
 mod mcp;

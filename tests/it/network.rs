@@ -33,14 +33,14 @@ network_allow: [allowed.egress.test]
 /// One test's world: its Env, the `net` template, and the servers it started;
 /// on drop every container and network of this FORAGE_HOME goes, the proxy's
 /// included, whatever the test did.
-struct World {
-    env: Env,
-    servers: Vec<String>,
-    workspace: std::path::PathBuf,
+pub(crate) struct World {
+    pub(crate) env: Env,
+    pub(crate) servers: Vec<String>,
+    pub(crate) workspace: std::path::PathBuf,
 }
 
 impl World {
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         let env = Env::new();
         let templates = env.mkdir("config/forage/templates");
         std::fs::write(templates.join("net.yaml"), TEMPLATE).unwrap();
@@ -48,7 +48,7 @@ impl World {
         World { env, servers: Vec::new(), workspace }
     }
 
-    fn up(&self, name: &str, extra: &[&str]) {
+    pub(crate) fn up(&self, name: &str, extra: &[&str]) {
         let ws = self.workspace.display().to_string();
         let mut args = vec!["up", name, "--workspace", &ws, "-t", "net", "--network", "restricted"];
         args.extend_from_slice(extra);
@@ -56,20 +56,20 @@ impl World {
     }
 
     /// `status --json`'s `network` and the record's `egress`.
-    fn network(&self, name: &str) -> (serde_json::Value, serde_json::Value) {
+    pub(crate) fn network(&self, name: &str) -> (serde_json::Value, serde_json::Value) {
         let s = self.env.json(&["status", name, "--json"]);
         (s["network"].clone(), s["record"]["egress"].clone())
     }
 
     /// Runs `script` in the sandbox: its exit code and output (stdout, then stderr).
-    fn sh(&self, name: &str, script: &str) -> (i32, String) {
+    pub(crate) fn sh(&self, name: &str, script: &str) -> (i32, String) {
         let out = self.env.run(&["exec", name, "--", "bash", "-c", script]);
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         (out.status.code().unwrap_or(-1), text)
     }
 
     /// Starts the destination server on the proxy's outside network; its address there.
-    fn server(&mut self, outside: &str) -> Ipv4Addr {
+    pub(crate) fn server(&mut self, outside: &str) -> Ipv4Addr {
         fixture::bookworm();
         let name = self.env.unique("forage-test-egress-server");
         let script = self.env.path("egress_server.py");
@@ -102,12 +102,12 @@ impl World {
         ip.parse().unwrap()
     }
 
-    fn home_label(&self) -> String {
+    pub(crate) fn home_label(&self) -> String {
         self.env.home.display().to_string()
     }
 
     /// Networks labelled as this FORAGE_HOME's (sandbox networks and the proxy's).
-    fn networks(&self) -> Vec<String> {
+    pub(crate) fn networks(&self) -> Vec<String> {
         let mut names = Vec::new();
         for label in [format!("forage.home={}", self.home_label()), format!("forage.egress.home={}", self.home_label())]
         {
@@ -120,7 +120,7 @@ impl World {
     }
 
     /// The proxy's container, if this FORAGE_HOME has one.
-    fn proxies(&self) -> Vec<String> {
+    pub(crate) fn proxies(&self) -> Vec<String> {
         let filters = HashMap::from([("label".to_owned(), vec![format!("forage.egress.home={}", self.home_label())])]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let list = block_on(docker().list_containers(Some(options))).unwrap();
@@ -152,7 +152,7 @@ impl Drop for World {
     }
 }
 
-fn logs(container: &str) -> String {
+pub(crate) fn logs(container: &str) -> String {
     let options = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
     let chunks: Vec<_> = block_on(docker().logs(container, Some(options)).collect());
     chunks.into_iter().filter_map(Result::ok).map(|c| String::from_utf8_lossy(&c.into_bytes()).into_owned()).collect()
@@ -162,7 +162,7 @@ fn network_exists(name: &str) -> bool {
     block_on(docker().inspect_network(name, None)).is_ok()
 }
 
-fn str_of(v: &serde_json::Value) -> String {
+pub(crate) fn str_of(v: &serde_json::Value) -> String {
     v.as_str().unwrap_or_else(|| panic!("not a string: {v}")).to_owned()
 }
 

@@ -7,18 +7,18 @@
 //! names its toolchain image (a Debian bookworm root file system made with
 //! debootstrap, built once per machine and reused: `fixture`), and `up -t aider`
 //! builds the built-in aider template's Dockerfile on top of it, installing
-//! `aider-chat` from PyPI. The stub runs as a test container on a private
-//! network of its own (`Stub`).
+//! `aider-chat` from PyPI. The template's default network, `restricted`, is
+//! kept: the stub runs as a test container on the egress proxy's outside
+//! network as `api.openai.com`, over HTTPS with a certificate of the test's own
+//! CA (given to forage-ctl as `SSL_CERT_FILE`), and the proxy injects the key,
+//! which the sandbox never holds (`Stub`).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkCreateRequest,
-    NetworkDisconnectRequest,
-};
+use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig};
 use bollard::query_parameters::{CreateContainerOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
@@ -121,26 +121,25 @@ pub(crate) mod fixture {
     }
 }
 
-/// The OpenAI-compatible stub, a test container on a private network made for
-/// it; both removed when dropped, whatever the test did.
+/// The OpenAI-compatible stub, a test container on the egress proxy's
+/// outside network, removed when dropped, whatever the test did.
 struct Stub {
-    network: String,
     container: String,
 }
 
-/// The port the stub listens on, and the name the sandbox reaches it by.
-const STUB_PORT: u16 = 8080;
-const STUB_ALIAS: &str = "stub";
+/// The stub's port, and the name the proxy reaches it by: the real API's.
+const STUB_PORT: u16 = 443;
+const STUB_ALIAS: &str = "api.openai.com";
 
 impl Stub {
-    fn start(env: &Env, name: &str, file: &str, content: &str, commit_message: &str) -> Stub {
-        let stub = Stub { network: format!("forage-test-net-{name}"), container: format!("forage-test-stub-{name}") };
-        // No route out: the stub needs none, and the sandbox keeps its own.
-        let network = NetworkCreateRequest { name: stub.network.clone(), internal: Some(true), ..Default::default() };
-        block_on(docker().create_network(network)).unwrap();
+    /// Starts the stub on `network` as `api.openai.com`, over HTTPS with the
+    /// certificate in `certs` (server.pem, server.key).
+    fn start(env: &Env, name: &str, network: &str, certs: &Path, edit: [&str; 3]) -> Stub {
+        let stub = Stub { container: format!("forage-test-stub-{name}") };
         let script = env.path("openai_stub.py");
         std::fs::write(&script, include_str!("fixtures/openai_stub.py")).unwrap();
         let endpoint = EndpointSettings { aliases: Some(vec![STUB_ALIAS.into()]), ..Default::default() };
+        let [file, content, commit_message] = edit;
         let config = ContainerCreateBody {
             image: Some(fixture::BOOKWORM.into()),
             cmd: Some(
@@ -148,13 +147,17 @@ impl Stub {
                     .map(String::from)
                     .into(),
             ),
+            env: Some(vec!["STUB_CERT=/certs/server.pem".into(), "STUB_KEY=/certs/server.key".into()]),
             host_config: Some(HostConfig {
-                binds: Some(vec![format!("{}:/stub.py:ro", script.display())]),
-                network_mode: Some(stub.network.clone()),
+                binds: Some(vec![
+                    format!("{}:/stub.py:ro", script.display()),
+                    format!("{}:/certs:ro", certs.display()),
+                ]),
+                network_mode: Some(network.to_owned()),
                 ..Default::default()
             }),
             networking_config: Some(bollard::models::NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(stub.network.clone(), endpoint)])),
+                endpoints_config: Some(HashMap::from([(network.to_owned(), endpoint)])),
             }),
             ..Default::default()
         };
@@ -167,12 +170,6 @@ impl Stub {
             stub.requests_raw()
         );
         stub
-    }
-
-    /// Joins a created (not yet started) sandbox's container to the stub's network.
-    fn connect(&self, container: &str) {
-        let request = NetworkConnectRequest { container: container.into(), endpoint_config: None };
-        block_on(docker().connect_network(&self.network, request)).unwrap();
     }
 
     /// Everything the stub printed: one JSON line per request.
@@ -195,13 +192,6 @@ impl Drop for Stub {
     fn drop(&mut self) {
         let options = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         let _ = block_on(docker().remove_container(&self.container, Some(options)));
-        // A sandbox still running on the network (a failed test) would keep it.
-        let joined = block_on(docker().inspect_network(&self.network, None)).ok().and_then(|n| n.containers);
-        for container in joined.unwrap_or_default().into_keys() {
-            let request = NetworkDisconnectRequest { container, force: Some(true) };
-            let _ = block_on(docker().disconnect_network(&self.network, request));
-        }
-        let _ = block_on(docker().remove_network(&self.network));
     }
 }
 
@@ -268,14 +258,17 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
 
     let edited = "Hello, forage!\n";
     let commit_message = "Greet forage instead of the world";
-    let stub = Stub::start(&env, &name, "hello.txt", edited, commit_message);
+    // The test's CA, which the proxy trusts for the upstream (SSL_CERT_FILE).
+    let certs = env.mkdir("certs");
+    crate::inject::certificates(&certs, STUB_ALIAS);
+    env.give(&certs, uid);
     let as_user = |args: &[&str]| {
-        let out = env.cmd_as(uid, args).env("OPENAI_API_KEY", &key).output().unwrap();
+        let mut cmd = env.cmd_as(uid, args);
+        let out = cmd.env("OPENAI_API_KEY", &key).env("SSL_CERT_FILE", certs.join("ca.pem")).output().unwrap();
         assert!(out.status.success(), "forage-ctl {args:?}: {}", describe(&out));
         String::from_utf8(out.stdout).unwrap()
     };
 
-    let base = format!("OPENAI_API_BASE=http://{STUB_ALIAS}:{STUB_PORT}/v1");
     // The first run builds the aider image (pip from PyPI), minutes on a
     // loaded machine; later runs find it by its key.
     let up = as_user(&[
@@ -287,8 +280,6 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
         repo.to_str().unwrap(),
         "--secret",
         "openai=env:OPENAI_API_KEY",
-        "--env",
-        &base,
         "--no-start",
         "--task",
         "Change hello.txt so that it greets forage instead of the world.",
@@ -302,7 +293,11 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     let status: serde_json::Value = serde_json::from_str(&as_user(&["status", &name, "--json"])).unwrap();
     let toolchain = &status["record"]["toolchain"];
     assert_eq!(toolchain["source"], ".devcontainer/devcontainer.json", "{toolchain}");
-    stub.connect(&container);
+    // The template's default: restricted, the key injected by the proxy.
+    assert_eq!(status["network"]["mode"], "restricted", "{status}");
+    assert_eq!(status["record"]["egress"]["inject"][0]["host"], STUB_ALIAS, "{status}");
+    let outside = status["network"]["outside_network"].as_str().unwrap().to_owned();
+    let stub = Stub::start(&env, &name, &outside, &certs, ["hello.txt", edited, commit_message]);
     as_user(&["start", &name]);
 
     // Generous: a loaded machine, and Aider imports a lot before its first request.
@@ -348,8 +343,9 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
         assert_eq!((meta.uid(), meta.gid()), (uid, gid), "{file}");
     }
 
-    // The key: in no configuration, no log, and no file of forage's but the
-    // secret's own private copy (which the container mounts).
+    // The key: in no configuration, no log, not in the sandbox (whose copy
+    // holds the placeholder), and on the host only in forage's private copy
+    // and the proxy's keys file.
     let inspected = serde_json::to_string(&inspect(&container).unwrap()).unwrap();
     assert!(
         inspected.contains("PROJECT_TOOLCHAIN=bookworm") && !inspected.contains(&key),
@@ -361,9 +357,18 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     for question in ["(Y)es/(N)o", "Update git name", "Aider respects your privacy", "Added .aider", "pypi"] {
         assert!(!logs.contains(question), "{question:?} in the agent's log:\n{logs}");
     }
-    let copy = env.home.join("secrets").join(&name).join("openai");
-    assert_eq!(files_containing(&env.home, &key), vec![copy.clone()]);
-    assert_eq!(std::fs::metadata(&copy).unwrap().mode() & 0o777, 0o600);
+    let mounted = env.home.join("secrets").join(&name).join("openai");
+    assert!(std::fs::read_to_string(&mounted).unwrap().starts_with("forage-placeholder-openai"));
+    let mut holding = files_containing(&env.home, &key);
+    holding.sort();
+    let copies = [
+        env.home.join(format!("egress/policy/keys/{name}.json")),
+        env.home.join("secrets").join(&name).join(".injected.openai"),
+    ];
+    assert_eq!(holding, copies);
+    for copy in &copies {
+        assert_eq!(std::fs::metadata(copy).unwrap().mode() & 0o777, 0o600);
+    }
 
     // The result lands with `merge`, onto the branch the sandbox came from,
     // in the user's checkout; nothing of the agent is left to archive then.
@@ -375,7 +380,9 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     // What stays: Aider's settings (`agent.state`), kept for the next sandbox.
     let kept = env.home.join("agent-state/profiles/aider/default/files/.aider/analytics.json");
     assert!(kept.is_file(), "Aider's analytics settings were not kept");
-    env.assert_nothing_left_but_state();
+    // The proxy stays until `gc --force` finds no restricted sandbox left.
     drop(stub);
+    as_user(&["gc", "--force"]);
+    env.assert_nothing_left_but_state();
     eprintln!("test done after {:.0?}", started.elapsed());
 }
