@@ -13,7 +13,7 @@ use crate::server::{listen, Config, Server};
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// The unix socket to listen on [default: $XDG_RUNTIME_DIR/forage/forage.sock,
-    /// else FORAGE_HOME/forage.sock]
+    /// else FORAGE_HOME/serve/forage.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Also listen on this loopback address (port 0: any free one); every
@@ -21,7 +21,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     tcp: Option<SocketAddr>,
     /// The token for --tcp, read from this file [default: a new one, written
-    /// to FORAGE_HOME/serve-token, mode 0600]
+    /// to FORAGE_HOME/serve/token, mode 0600]
     #[arg(long, value_name = "FILE", requires = "tcp")]
     token_file: Option<PathBuf>,
     /// A directory the workspaces of requests must lie under (repeatable)
@@ -38,17 +38,23 @@ const MAX_TOKEN: u64 = 4096;
 
 pub async fn run(ctx: &Ctx, args: ServeArgs) -> Result<i32> {
     if args.openapi {
-        ctx.out.data(serde_json::to_string_pretty(&crate::server::openapi::document()).unwrap_or_default());
+        ctx.out.json(&crate::server::openapi::document())?;
         return Ok(0);
     }
     ctx.no_json("serve", "serves until stopped")?;
+    if let Some(addr) = args.tcp {
+        listen::check_loopback(addr)?;
+    }
     let roots = roots(ctx, &args.roots)?;
     let token = match (&args.tcp, &args.token_file) {
         (None, _) => None,
         (Some(_), Some(file)) => Some(read_token(file)?),
-        (Some(_), None) => Some(new_token(&ctx.home.root().join("serve-token"))?),
+        (Some(_), None) => Some(new_token(&serve_dir(ctx)?.join("token"))?),
     };
-    let path = args.socket.clone().unwrap_or_else(|| default_socket(ctx));
+    let path = match args.socket.clone() {
+        Some(path) => path,
+        None => default_socket(ctx)?,
+    };
     let socket = listen::bind_socket(&path)?;
     let tcp = match args.tcp {
         Some(addr) => Some(listen::bind_tcp(addr).await?),
@@ -57,7 +63,7 @@ pub async fn run(ctx: &Ctx, args: ServeArgs) -> Result<i32> {
     ctx.out.status(format!("serving forage's API on unix:{}", path.display()));
     if let Some(listener) = &tcp {
         let at = listener.local_addr().map_err(|e| Error::other(format!("the TCP port: {e}")))?;
-        let from = args.token_file.clone().unwrap_or_else(|| ctx.home.root().join("serve-token"));
+        let from = args.token_file.clone().unwrap_or_else(|| ctx.home.root().join("serve/token"));
         ctx.out.status(format!("and on http://{at} (bearer token in {})", from.display()));
     }
     let config = Config { socket: Some(path), tcp: args.tcp, token, roots };
@@ -67,11 +73,23 @@ pub async fn run(ctx: &Ctx, args: ServeArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn default_socket(ctx: &Ctx) -> PathBuf {
+fn default_socket(ctx: &Ctx) -> Result<PathBuf> {
     match ctx.settings.xdg_runtime_dir.as_ref().filter(|d| d.is_absolute()) {
-        Some(dir) => dir.join("forage/forage.sock"),
-        None => ctx.home.root().join("forage.sock"),
+        Some(dir) => Ok(dir.join("forage/forage.sock")),
+        None => Ok(serve_dir(ctx)?.join("forage.sock")),
     }
+}
+
+/// FORAGE_HOME/serve, the user's alone (made with FORAGE_HOME when missing).
+fn serve_dir(ctx: &Ctx) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = ctx.home.root().join("serve");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::other(format!("making {}: {e}", dir.display())))?;
+    Ok(dir)
 }
 
 /// The allowed roots, canonical: `--root`s, else the user's home.
@@ -87,7 +105,8 @@ fn roots(ctx: &Ctx, given: &[PathBuf]) -> Result<Vec<PathBuf>> {
     wanted
         .iter()
         .map(|dir| {
-            dir.canonicalize().map_err(|e| Error::usage(format!("--root {}: {e}; name an existing directory", dir.display())))
+            dir.canonicalize()
+                .map_err(|e| Error::usage(format!("--root {}: {e}; name an existing directory", dir.display())))
         })
         .collect()
 }

@@ -48,7 +48,9 @@ pub fn bind_socket(path: &Path) -> Result<Socket> {
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(Error::conflict(format!("{shown} exists and is not a socket; remove it or pass --socket PATH")));
+            return Err(Error::conflict(format!(
+                "{shown} exists and is not a socket; remove it or pass --socket PATH"
+            )));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(Error::conflict(format!(
@@ -64,13 +66,19 @@ pub fn bind_socket(path: &Path) -> Result<Socket> {
     Ok(Socket { listener, path: path.to_owned(), identity: (meta.dev(), meta.ino()) })
 }
 
+/// Refuses an address other machines could reach.
+pub fn check_loopback(addr: SocketAddr) -> Result<()> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "--tcp {addr} is not a loopback address; serve on 127.0.0.1 (and reach it from elsewhere through an SSH tunnel or a proxy of your own)"
+    )))
+}
+
 /// Listens on `addr`, which must be a loopback address.
 pub async fn bind_tcp(addr: SocketAddr) -> Result<TcpListener> {
-    if !addr.ip().is_loopback() {
-        return Err(Error::usage(format!(
-            "--tcp {addr} is not a loopback address; serve on 127.0.0.1 (and reach it from elsewhere through an SSH tunnel or a proxy of your own)"
-        )));
-    }
+    check_loopback(addr)?;
     TcpListener::bind(addr).await.map_err(|e| Error::conflict(format!("listening on {addr}: {e}")))
 }
 

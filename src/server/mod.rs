@@ -78,7 +78,10 @@ impl Server {
     /// Answers one request; `over_tcp` requests must carry the token.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>, over_tcp: bool) -> Response<Full<Bytes>> {
         if over_tcp && !self.authorized(&request) {
-            let err = problem("unauthorized", "this request needs `Authorization: Bearer TOKEN` (the token `serve` was given)");
+            let err = problem(
+                "unauthorized",
+                "this request needs `Authorization: Bearer TOKEN` (the token `serve` was given)",
+            );
             return reply(StatusCode::UNAUTHORIZED, &err);
         }
         let path = request.uri().path().to_owned();
@@ -129,7 +132,9 @@ impl Server {
             Ok(Err(CallError::BadArguments(text) | CallError::Unknown(text))) => {
                 reply(StatusCode::BAD_REQUEST, &problem("usage", &text))
             }
-            Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, &problem("internal", &format!("the request failed: {e}"))),
+            Err(e) => {
+                reply(StatusCode::INTERNAL_SERVER_ERROR, &problem("internal", &format!("the request failed: {e}")))
+            }
         }
     }
 
@@ -220,7 +225,9 @@ fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     text.push(b'\n');
     let mut response = Response::new(Full::new(Bytes::from(text)));
     *response.status_mut() = status;
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
     response
 }
 

@@ -35,6 +35,7 @@ mod real_agent;
 mod reset;
 mod restore_review;
 mod review;
+mod serve;
 mod templates;
 mod terminal;
 mod toolchain;
