@@ -16,12 +16,14 @@
 
 pub mod listen;
 pub mod openapi;
+pub mod stream;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -33,6 +35,9 @@ use crate::progress::Silent;
 use crate::runtime::docker::Docker;
 use crate::sandbox::{Cancel, Engine};
 use crate::service::call::{call, CallError, OPERATIONS};
+
+/// A response's body: a JSON answer, or a stream of events (`stream`).
+pub type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
 
 /// The largest request body taken: arguments, not uploads.
 pub const MAX_BODY: usize = 1 << 20;
@@ -76,7 +81,7 @@ impl Server {
     }
 
     /// Answers one request; `over_tcp` requests must carry the token.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>, over_tcp: bool) -> Response<Full<Bytes>> {
+    pub async fn handle(self: Arc<Self>, request: Request<Incoming>, over_tcp: bool) -> Response<Body> {
         if over_tcp && !self.authorized(&request) {
             let err = problem(
                 "unauthorized",
@@ -88,7 +93,9 @@ impl Server {
         if path == "/v1/openapi.json" && request.method() == Method::GET {
             return reply(StatusCode::OK, &openapi::document());
         }
-        let Some(op) = path.strip_prefix("/v1/").filter(|op| OPERATIONS.iter().any(|o| o.name == *op)) else {
+        let streams = path == "/v1/logs";
+        let Some(op) = path.strip_prefix("/v1/").filter(|op| streams || OPERATIONS.iter().any(|o| o.name == *op))
+        else {
             let known: Vec<&str> = OPERATIONS.iter().map(|o| o.name).collect();
             let text = format!("no operation at {path}: forage's are POST /v1/{{{}}}", known.join(","));
             return reply(StatusCode::NOT_FOUND, &problem("unknown-operation", &text));
@@ -105,12 +112,15 @@ impl Server {
         if let Err(body) = self.check_roots(&op, &args) {
             return reply(StatusCode::FORBIDDEN, &body);
         }
+        if streams {
+            return self.stream_logs(args);
+        }
         self.run(op, args).await
     }
 
     /// Runs `op` in a task of its own, cancelled if this future is dropped
     /// (the client went away) or the server stops.
-    async fn run(self: Arc<Self>, op: String, args: Value) -> Response<Full<Bytes>> {
+    async fn run(self: Arc<Self>, op: String, args: Value) -> Response<Body> {
         let Ok(in_flight) = self.in_flight.try_read() else {
             return reply(StatusCode::SERVICE_UNAVAILABLE, &problem("stopping", "forage's server is stopping"));
         };
@@ -136,6 +146,19 @@ impl Server {
                 reply(StatusCode::INTERNAL_SERVER_ERROR, &problem("internal", &format!("the request failed: {e}")))
             }
         }
+    }
+
+    /// `POST /v1/logs`: the agent's output as events (`stream`).
+    fn stream_logs(&self, args: Value) -> Response<Body> {
+        let request = match crate::service::call::arguments::<stream::LogsRequest>(args) {
+            Ok(request) => request,
+            Err(CallError::BadArguments(text) | CallError::Unknown(text)) => {
+                return reply(StatusCode::BAD_REQUEST, &problem("usage", &text))
+            }
+            Err(CallError::Failed(e)) => return reply(status_of(e.kind()), &crate::service::error_json(&e)),
+        };
+        stream::logs(&self.engine, request)
+            .unwrap_or_else(|e| reply(status_of(e.kind()), &crate::service::error_json(&e)))
     }
 
     fn authorized(&self, request: &Request<Incoming>) -> bool {
@@ -220,10 +243,10 @@ fn problem(code: &str, message: &str) -> Value {
     json!({ "code": code, "exit_code": exit_code, "message": message, "hints": [] })
 }
 
-fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, body: &Value) -> Response<Body> {
     let mut text = serde_json::to_vec(body).unwrap_or_default();
     text.push(b'\n');
-    let mut response = Response::new(Full::new(Bytes::from(text)));
+    let mut response = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
     *response.status_mut() = status;
     response
         .headers_mut()

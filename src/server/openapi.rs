@@ -38,6 +38,8 @@ pub fn document() -> Value {
         });
         paths.insert(format!("/v1/{}", op.name), json!({ "post": operation }));
     }
+    let logs = generator.subschema_for::<super::stream::LogsRequest>();
+    paths.insert("/v1/logs".into(), logs_path(logs));
     paths.insert(
         "/v1/openapi.json".into(),
         json!({"get": {"operationId": "openapi", "summary": "This document.", "responses": {"200": {"description": "The OpenAPI document."}}}}),
@@ -58,6 +60,21 @@ pub fn document() -> Value {
         },
         "security": [{}, {"bearer": []}],
     })
+}
+
+/// `POST /v1/logs`, which streams (`super::stream`).
+fn logs_path(schema: schemars::Schema) -> Value {
+    json!({"post": {
+        "operationId": "logs",
+        "summary": "The agent's output as server-sent events, as it comes: events `stdout` and `stderr` (data: the chunk as a JSON string), then `end` (or `error`, data: an Error).",
+        "tags": ["read"],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": schema}}},
+        "responses": {
+            "200": {"description": "The events.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            "400": error_response("Bad arguments (exit code 2)."),
+            "404": error_response("No such sandbox (exit code 3)."),
+        },
+    }})
 }
 
 fn error_response(description: &str) -> Value {

@@ -243,3 +243,48 @@ fn a_client_or_server_gone_mid_create_leaves_nothing_gc_cannot_clean() {
     env.assert_nothing_left();
     assert_eq!(repo_state(&repo), before);
 }
+
+#[test]
+fn logs_stream_as_server_sent_events_until_the_agent_exits() {
+    let env = Env::new();
+    let templates = env.mkdir("config/forage/templates");
+    std::fs::write(
+        templates.join("talks.yaml"),
+        "host_image: {require: [sh, sleep], tools: [sh, sleep]}\n\
+         agent: {command: [sh, -c, 'echo one; echo two >&2; sleep 3; echo three']}\n",
+    )
+    .unwrap();
+    let ws = env.mkdir("ws");
+    let name = env.unique("http-logs");
+    let served = Served::start(&env, &[], &[]);
+    served.ok("create", json!({ "name": name, "workspace": ws, "mode": "direct", "template": "talks" }));
+    let body = json!({ "name": name, "follow": true }).to_string();
+    let out = Command::new("curl")
+        .args(["-sSN", "-X", "POST", "--data", &body, "--unix-socket", served.socket.to_str().unwrap()])
+        .arg("http://forage/v1/logs")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<(&str, &str)> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (event, data) = e.split_once('\n').unwrap();
+            (event.trim_start_matches("event: "), data.trim_start_matches("data: "))
+        })
+        .collect();
+    // Followed to the agent's end: its three lines (through the agent's
+    // terminal, which joins the streams and ends lines with CRLF), then `end`.
+    let output: String = events
+        .iter()
+        .filter(|(e, _)| matches!(*e, "stdout" | "stderr"))
+        .map(|(_, d)| serde_json::from_str::<String>(d).unwrap())
+        .collect();
+    assert_eq!(output, "one\r\ntwo\r\nthree\r\n", "{text}");
+    assert_eq!(events.last(), Some(&("end", "{}")), "{text}");
+    let (status, err) = served.post("logs", &json!({ "name": "nobody" }));
+    assert_eq!((status, err["code"].as_str()), (404, Some("not-found")), "{err}");
+    served.ok("down", json!({ "name": name }));
+    drop(served);
+    env.assert_nothing_left();
+}
