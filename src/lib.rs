@@ -17,6 +17,7 @@ pub mod progress;
 pub mod record;
 pub mod runtime;
 pub mod sandbox;
+pub mod server;
 pub mod service;
 pub mod store;
 pub mod template;

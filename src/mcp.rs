@@ -27,15 +27,15 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{mpsc, RwLock};
 use tokio::task::JoinHandle;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ErrorKind, Result};
 use crate::progress::{Progress, Silent};
 use crate::runtime::docker::Docker;
 use crate::sandbox::{Cancel, Engine};
+use crate::service::call::{call, CallError, Operation, OPERATIONS};
 use crate::service::{self, *};
 
 /// The server: the engine every call clones, and what shutdown needs.
@@ -48,38 +48,26 @@ pub struct Server {
     in_flight: Arc<RwLock<()>>,
 }
 
-/// A tool: its name, what it does, its input schema, and whether it only reads.
-struct ToolDef {
-    name: &'static str,
-    description: &'static str,
-    schema: fn() -> Arc<JsonObject>,
-    read_only: bool,
-}
+/// Each tool's input schema, as rmcp makes it from the request type; the
+/// tools themselves (names, descriptions, what only reads) are
+/// `service::call::OPERATIONS`, in that order.
+/// A tool's input schema, made on demand.
+type SchemaFn = fn() -> Arc<JsonObject>;
 
-const fn tool(
-    name: &'static str,
-    description: &'static str,
-    schema: fn() -> Arc<JsonObject>,
-    read_only: bool,
-) -> ToolDef {
-    ToolDef { name, description, schema, read_only }
-}
-
-/// Every tool, in the order a client lists them.
-const TOOLS: &[ToolDef] = &[
-    tool("create", "Create a sandbox: a workspace (its own git worktree and branch, a private jj repository, or a directory as it is) and a container running the template's agent, given its first task. Returns the sandbox's record. Reports progress.", schema_for_type::<CreateRequest>, false),
-    tool("list", "Every sandbox: name, mode, status, agent activity, commits ahead, uncommitted files, branch, workspace.", schema_for_type::<NoArgs>, true),
-    tool("status", "Everything forage knows about one sandbox: record, container, branch against its base, uncommitted files, network.", schema_for_type::<NameRequest>, true),
-    tool("exec", "Run a command in a running sandbox (in /workspace, as the agent's user) and return its exit code and output (each stream cut at 1 MiB, `truncated` says so).", schema_for_type::<ExecRequest>, false),
-    tool("wait", "Wait until the agent of one of the named sandboxes exits or goes idle, or the timeout passes. Reports progress every 10 s.", schema_for_type::<WaitRequest>, true),
-    tool("diff", "The agent's change since its base (committed and not, or one part): each file's status, line counts and patch (patches cut at 1 MiB in all).", schema_for_type::<DiffRequest>, true),
-    tool("log", "The agent's commits since its base, newest first.", schema_for_type::<NameRequest>, true),
-    tool("merge", "Land the agent's work on your branch (jj: bookmark) in your checkout: merge, squash or rebase; `dry_run` only says what would land.", schema_for_type::<MergeToolRequest>, false),
-    tool("apply", "The agent's whole change as uncommitted edits in your checkout.", schema_for_type::<NameRequest>, false),
-    tool("down", "Tear a sandbox down: container first, then workspace and record; its unmerged work is archived (unless `discard`). Reports progress.", schema_for_type::<DownRequest>, false),
-    tool("job", "Run a job: the repository (a path or file:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup`, waits for the agent to exit and tears the sandbox down. Reports progress.", schema_for_type::<JobRequest>, false),
-    tool("jobs", "Every job's context: task, status (queued, running, done, failed), times, exit code, output tail, result.", schema_for_type::<NoArgs>, true),
-    tool("archives", "What `down` archived, for `forage-ctl restore`.", schema_for_type::<ArchivesRequest>, true),
+const SCHEMAS: &[(&str, SchemaFn)] = &[
+    ("create", schema_for_type::<CreateRequest>),
+    ("list", schema_for_type::<NoArgs>),
+    ("status", schema_for_type::<NameRequest>),
+    ("exec", schema_for_type::<ExecRequest>),
+    ("wait", schema_for_type::<WaitRequest>),
+    ("diff", schema_for_type::<DiffRequest>),
+    ("log", schema_for_type::<NameRequest>),
+    ("merge", schema_for_type::<MergeToolRequest>),
+    ("apply", schema_for_type::<NameRequest>),
+    ("down", schema_for_type::<DownRequest>),
+    ("job", schema_for_type::<JobRequest>),
+    ("jobs", schema_for_type::<NoArgs>),
+    ("archives", schema_for_type::<ArchivesRequest>),
 ];
 
 impl Server {
@@ -120,48 +108,13 @@ impl Server {
     }
 
     async fn call(&self, params: CallToolRequestParams, engine: &Engine<Docker>) -> Result<CallToolResult, ErrorData> {
-        let args = params.arguments.unwrap_or_default();
-        let done = match params.name.as_ref() {
-            "create" => service::create(engine, parse(args)?).await,
-            "list" => {
-                parse::<NoArgs>(args)?;
-                service::list(engine).await
-            }
-            "status" => service::status(engine, parse(args)?).await,
-            "exec" => service::exec::run(engine, parse(args)?).await.and_then(|e| to_value(&e)),
-            "wait" => service::wait(engine, parse(args)?).await,
-            "diff" => service::diff(engine, parse(args)?).await,
-            "log" => service::log(engine, parse(args)?).await,
-            "merge" => service::merge(engine, parse(args)?).await,
-            "apply" => service::apply(engine, parse(args)?).await,
-            "down" => service::down(engine, parse(args)?).await,
-            "archives" => service::archives(engine, parse(args)?),
-            "job" => service::job(engine, parse(args)?).await,
-            "jobs" => {
-                parse::<NoArgs>(args)?;
-                service::jobs_list(engine)
-            }
-            other => {
-                let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
-                return Err(ErrorData::invalid_params(
-                    format!("unknown tool {other:?}: forage's tools are {}", known.join(", ")),
-                    None,
-                ));
-            }
-        };
-        answer(done)
+        let args = Value::Object(params.arguments.unwrap_or_default());
+        match call(engine, params.name.as_ref(), args).await {
+            Ok(value) => answer(Ok(value)),
+            Err(CallError::Unknown(text) | CallError::BadArguments(text)) => Err(ErrorData::invalid_params(text, None)),
+            Err(CallError::Failed(e)) => answer(Err(e)),
+        }
     }
-}
-
-fn to_value(value: &impl serde::Serialize) -> Result<Value> {
-    serde_json::to_value(value).map_err(|e| Error::other(format!("could not encode the result: {e}")))
-}
-
-/// A tool's arguments as its request struct, or the JSON-RPC error that says
-/// which field is wrong.
-fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, ErrorData> {
-    serde_json::from_value(Value::Object(args))
-        .map_err(|e| ErrorData::invalid_params(format!("invalid arguments: {e}"), None))
 }
 
 /// A call's outcome in MCP's shapes: usage errors are the client's bad
@@ -224,11 +177,11 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> std::result::Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(TOOLS.iter().map(as_tool).collect()))
+        Ok(ListToolsResult::with_all_items(OPERATIONS.iter().filter_map(as_tool).collect()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        TOOLS.iter().find(|t| t.name == name).map(as_tool)
+        OPERATIONS.iter().find(|o| o.name == name).and_then(as_tool)
     }
 
     async fn call_tool(
@@ -254,7 +207,21 @@ impl ServerHandler for Server {
     }
 }
 
-fn as_tool(def: &ToolDef) -> Tool {
-    let annotations = ToolAnnotations::new().read_only(def.read_only).destructive(!def.read_only);
-    Tool::new(Cow::Borrowed(def.name), Cow::Borrowed(def.description), (def.schema)()).with_annotations(annotations)
+fn as_tool(op: &Operation) -> Option<Tool> {
+    let (_, schema) = SCHEMAS.iter().find(|(name, _)| *name == op.name)?;
+    let annotations = ToolAnnotations::new().read_only(op.read_only).destructive(!op.read_only);
+    Some(Tool::new(Cow::Borrowed(op.name), Cow::Borrowed(op.description), schema()).with_annotations(annotations))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_is_a_tool_with_a_schema() {
+        let names: Vec<&str> = SCHEMAS.iter().map(|(name, _)| *name).collect();
+        let operations: Vec<&str> = OPERATIONS.iter().map(|o| o.name).collect();
+        assert_eq!(names, operations);
+        assert!(OPERATIONS.iter().all(|o| as_tool(o).is_some()));
+    }
 }

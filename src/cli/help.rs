@@ -14,7 +14,7 @@ const GROUPS: [(&str, &[&str]); 5] = [
     ),
     ("Review and land", &["sync", "diff", "log", "merge", "update", "apply", "path", "checkout"]),
     ("Agent logins", &["login", "logout"]),
-    ("Jobs and programs", &["jobs", "mcp"]),
+    ("Jobs and programs", &["jobs", "mcp", "serve"]),
     ("Housekeeping", &["archives", "gc", "templates", "completions", "man", "help"]),
 ];
 

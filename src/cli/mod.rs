@@ -27,6 +27,7 @@ mod render;
 mod reset;
 mod restore;
 mod review;
+mod serve;
 mod status;
 mod sync;
 mod template_export;
@@ -195,6 +196,10 @@ pub enum Command {
     /// over MCP on stdin/stdout, until the client disconnects.
     #[command(after_help = "Example: claude mcp add forage -- forage-ctl mcp")]
     Mcp,
+    /// Serve forage's operations as an HTTP/JSON API on a unix socket (and
+    /// optionally a loopback port with a token), until stopped.
+    #[command(after_help = "Example: forage-ctl serve --socket /run/user/1000/forage.sock")]
+    Serve(serve::ServeArgs),
     /// The egress proxy of `network: restricted`, as forage runs it in its own
     /// container (not for running by hand).
     #[command(
@@ -317,6 +322,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Man(args) => completions::man(&ctx, args),
         Command::Mcp => mcp::run(&ctx).await,
         Command::Jobs => jobs::list(&ctx),
+        Command::Serve(args) => serve::run(&ctx, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::PortForward(args) => port_forward::run(args).await,
     }

@@ -5,6 +5,7 @@
 //! gets every check, lock, journal and rollback a command gets. Errors stay
 //! forage's `Error`: the transport decides how to show them (`error_json`).
 
+pub mod call;
 pub mod exec;
 mod requests;
 

@@ -36,6 +36,7 @@ mod real_agent;
 mod reset;
 mod restore_review;
 mod review;
+mod serve;
 mod templates;
 mod terminal;
 mod toolchain;
