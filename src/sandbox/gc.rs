@@ -45,6 +45,9 @@ pub enum Kind {
     OrphanForwarder,
     /// The egress proxy (and its network), with no restricted sandbox left.
     UnusedProxy,
+    /// A copy-on-write base checkout (FORAGE_HOME/bases/<tree>) no sandbox
+    /// uses, or one a killed `up` left half made.
+    UnusedBase,
 }
 
 impl std::fmt::Display for Kind {
@@ -62,6 +65,7 @@ impl std::fmt::Display for Kind {
             Kind::OrphanNetwork => "orphan-network",
             Kind::OrphanForwarder => "orphan-forwarder",
             Kind::UnusedProxy => "unused-proxy",
+            Kind::UnusedBase => "unused-base",
         })
     }
 }
@@ -142,6 +146,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.gc_egress(|n| seen.had_record(n), force).await?);
         findings.extend(self.gc_forwarders(|n| seen.had_record(n), force).await?);
         findings.extend(self.stale_files(force).await?);
+        findings.extend(self.unused_bases(force).await);
         Ok(findings)
     }
 
@@ -226,6 +231,33 @@ impl<R: Runtime> Engine<R> {
             findings.push(finding.act(force, remove).await);
         }
         Ok(findings)
+    }
+
+    /// Base checkouts of copy-on-write sandboxes that no sandbox uses: after
+    /// the broken sandboxes are torn down, so that theirs count as unused.
+    /// Each user file names a sandbox (`forage-<name>`); one with a record,
+    /// even an unreadable one, keeps the base. Looked at again under the lock
+    /// of the bases before anything is removed (`cow::remove_base`).
+    async fn unused_bases(&self, force: bool) -> Vec<Finding> {
+        let bases = self.home.bases_dir();
+        let home = self.home.clone();
+        let live = move |user: &str| {
+            let name = user.strip_prefix("forage-").and_then(|n| SandboxName::parse(n).ok());
+            name.is_none_or(|n| home.record_exists(&n))
+        };
+        let mut findings = Vec::new();
+        for base in crate::workspace::cow::unused_bases(&bases, &live) {
+            let finding = Finding::new(
+                Kind::UnusedBase,
+                base.display().to_string(),
+                "no copy-on-write sandbox uses this base checkout",
+                "remove it",
+            );
+            let (bases, live) = (bases.clone(), live.clone());
+            let remove = super::blocking(move || crate::workspace::cow::remove_base(&bases, &base, live));
+            findings.push(finding.act(force, remove).await);
+        }
+        findings
     }
 
     /// What sandboxes no record owns were given of their agent's state: the

@@ -72,6 +72,7 @@ impl ContainerPlan {
                 source: super::secrets::copy_path(secrets_dir, &s.name),
                 target: format!("{}/{}", inside::SECRETS_DIR, s.name),
                 read_only: true,
+                overlay: None,
             });
         }
         if options.task {
@@ -79,6 +80,7 @@ impl ContainerPlan {
                 source: super::secrets::task_copy_path(secrets_dir),
                 target: inside::TASK_FILE.to_owned(),
                 read_only: true,
+                overlay: None,
             });
         }
         let network = options.network.unwrap_or(t.network);
@@ -262,7 +264,7 @@ fn template_mounts(
                 source.display()
             )));
         }
-        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
+        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only, overlay: None });
     }
     Ok(mounts)
 }
