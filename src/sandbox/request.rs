@@ -240,10 +240,16 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// `--cow`: a git sandbox's workspace as a copy-on-write overlay, or why
-    /// it is a full checkout instead (a jj sandbox always is); refused for a
+    /// it is a full checkout instead (a jj sandbox always is, and for now any
+    /// sandbox of a forage-ctl not running as root); refused for a
     /// directory mounted as it is, which has no checkout to share.
     fn copy_on_write(&self, workspace: WorkspaceRequest) -> Result<(WorkspaceRequest, Option<String>)> {
         let why = match workspace {
+            // The overlay leaves root-owned scratch files in its work
+            // directory (ADR 0003), which only root can delete at `down`.
+            WorkspaceRequest::GitWorktree(_) if self.identity.uid != 0 => {
+                "--cow: the overlay leaves files only root can delete, and forage-ctl does not run as root, so the sandbox has a full checkout"
+            }
             WorkspaceRequest::GitWorktree(git) => {
                 let (git, why) = git.copy_on_write(self.home.root(), &self.home.bases_dir());
                 return Ok((WorkspaceRequest::GitWorktree(git), why.map(|w| format!("--cow: {w}, so the sandbox has a full checkout"))));
