@@ -239,3 +239,50 @@ fn a_crash_at_any_step_of_up_cow_leaves_nothing_gc_cannot_clean() {
         assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "{step}");
     }
 }
+
+#[test]
+fn cow_falls_back_to_a_full_checkout_saying_why_or_is_refused() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+
+    // A directory mounted as it is has nothing to copy: refused, nothing made.
+    let dir = env.mkdir("plain");
+    let err = env.fails(&["up", &env.unique("cow-direct"), "--workspace", dir.to_str().unwrap(), "--cow"], 2);
+    assert!(err.contains("--cow") && err.contains("--git-worktree"), "{err}");
+    env.assert_nothing_left();
+
+    // Your uncommitted changes are copied into a full checkout.
+    std::fs::write(repo.join("a.txt"), "yours\n").unwrap();
+    let name = env.unique("cow-uncommitted");
+    let out = env.run(&["up", &name, "--git-worktree", r, "--cow", "--include-uncommitted", "--no-start"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--cow: --include-uncommitted") && said.contains("full checkout"), "{said}");
+    assert!(!said.contains("workspace: copy-on-write"), "{said}");
+    let ws = env.home.join("workspaces").join(&name);
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "yours\n");
+    assert!(!env.home.join("bases").exists());
+    env.ok(&["down", &name, "--discard"]);
+    git(&repo, &["checkout", "-q", "a.txt"]);
+
+    env.assert_nothing_left_but_archives();
+
+    // forage-ctl not running as root could not delete what the overlay leaves
+    // (a FORAGE_HOME of the user's own).
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+    let uid = 4245;
+    env.give(env.dir.path(), uid);
+    std::process::Command::new("chown").arg("-R").arg(uid.to_string()).arg(&repo).status().unwrap();
+    let name = env.unique("cow-user");
+    let out = env.cmd_as(uid, &["up", &name, "--git-worktree", r, "--cow", "--no-start"]).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("does not run as root") && said.contains("full checkout"), "{said}");
+    assert!(env.home.join("workspaces").join(&name).join("a.txt").is_file());
+    let out = env.cmd_as(uid, &["down", &name, "--discard"]).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    env.assert_nothing_left_but_archives();
+}
