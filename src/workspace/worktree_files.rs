@@ -895,6 +895,46 @@ mod tests {
         (dir, repo)
     }
 
+    /// An upper layer as the overlay leaves it (ADR 0003): whiteouts are
+    /// character devices 0/0 (made here with mknod, as root), an opaque
+    /// directory carries `user.overlay.opaque=y`.
+    #[test]
+    fn a_layered_read_is_the_lower_tree_with_the_upper_layer_over_it() {
+        use nix::sys::stat::{mknod, Mode, SFlag};
+        let (dir, repo) = repo_with_worktree();
+        let upper = dir.path().join("wt");
+        let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
+        let lower: HashMap<Vec<u8>, (u32, Oid)> = [
+            ("a.txt", "a\n"),
+            ("gone.txt", "g\n"),
+            ("d/x.txt", "x\n"),
+            ("d/deep/y.txt", "y\n"),
+            ("o/old.txt", "old\n"),
+            ("w/z.txt", "z\n"),
+            (".gitignore", "*.log\n"),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p.as_bytes().to_vec(), (MODE_FILE, blob(t))))
+        .collect();
+        let whiteout = |path: &Path| mknod(path, SFlag::S_IFCHR, Mode::empty(), 0).unwrap();
+        whiteout(&upper.join("gone.txt"));
+        std::fs::create_dir_all(upper.join("d/deep")).unwrap();
+        whiteout(&upper.join("d/deep/y.txt"));
+        std::fs::write(upper.join("d/new.txt"), "new\n").unwrap();
+        std::fs::create_dir(upper.join("o")).unwrap();
+        xattr::set(upper.join("o"), "user.overlay.opaque", b"y").unwrap();
+        std::fs::write(upper.join("o/fresh.txt"), "fresh\n").unwrap();
+        whiteout(&upper.join("w"));
+        std::fs::write(upper.join("noise.log"), "ignored by the lower layer's .gitignore\n").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", upper.join("a.txt")).unwrap();
+        let files = read_layered(&repo, &HostRules::of(&repo), &upper, lower.clone(), lower, Reading::Look).unwrap();
+        let names: Vec<&str> = files.files.iter().map(|f| std::str::from_utf8(&f.path).unwrap()).collect();
+        assert_eq!(names, [".gitignore", "a.txt", "d/new.txt", "d/x.txt", "o/fresh.txt"]);
+        let link = &files.files[1];
+        assert_eq!((link.mode, link.id), (MODE_LINK, blob("/etc/passwd")), "a symlink, never followed");
+        assert!(files.skipped.is_empty(), "{:?}", files.skipped);
+    }
+
     #[test]
     fn names_git_refuses_big_files_and_fifos_are_skipped_saying_why() {
         let (dir, repo) = repo_with_worktree();
