@@ -284,6 +284,14 @@ mod tests {
         assert_eq!(unused_bases(&bases, |_| true), vec![layers.base.clone()]);
         remove_base(&bases, &layers.base, |_| true).unwrap();
         assert!(!layers.base.exists());
+
+        // What a killed `up` left half made is unused whoever it was for.
+        let half = bases.join(format!(".tmp-{tree}-1"));
+        std::fs::create_dir_all(half.join("users")).unwrap();
+        std::fs::write(half.join("users/forage-one"), b"").unwrap();
+        assert_eq!(unused_bases(&bases, |_| true), vec![half.clone()]);
+        remove_base(&bases, &half, |_| true).unwrap();
+        assert!(!half.exists());
     }
 
     #[test]

@@ -216,6 +216,35 @@ fn sandboxes_on_one_base_never_see_each_others_changes() {
     env.assert_nothing_left();
 }
 
+#[test]
+fn parallel_ups_on_one_new_tree_share_one_base() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let names: Vec<String> = (0..4).map(|i| env.unique(&format!("cow-par{i}"))).collect();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            env.cmd(&["up", n, "--git-worktree", repo.to_str().unwrap(), "--cow"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+    }
+    let base = only_base(&env);
+    assert_eq!(std::fs::read_dir(base.join("users")).unwrap().count(), 4);
+    for n in &names {
+        assert_eq!(sh(&env, n, "cd /workspace && git status --porcelain && cat d/b.txt"), "b\n");
+    }
+    env.ok(&["down", "--all"]);
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left();
+}
+
 /// The steps of `up --cow` after which a crash is injected.
 const COW_STEPS: &[&str] = &["record", "git-branch", "git-worktree", "private-repo", "container", "start", "ready"];
 
