@@ -95,16 +95,27 @@ pub fn unusable_home(home: &Path) -> Option<String> {
     }
 }
 
-/// Makes the base for `tree` under `bases` if there is none, and adds `name`
-/// (`forage-<name>`, the worktree id) as one of its users, all under the
-/// lock of `bases`.
-pub fn take_base(repo: &Repository, bases: &Path, tree: Oid, user: &str) -> Result<CowLayers> {
+/// Makes the base for `tree` under `bases` if there is none (`prepare`
+/// finishing its index), and adds `user` (`forage-<name>`, the sandbox's
+/// worktree id) as one of its users, all under the lock of `bases`.
+pub fn take_base(
+    repo: &Repository,
+    bases: &Path,
+    tree: Oid,
+    user: &str,
+    prepare: impl FnOnce(&mut git2::Index) -> Result<()>,
+) -> Result<CowLayers> {
     std::fs::create_dir_all(bases).map_err(err)?;
     let dir = Dir::open(bases).map_err(err)?;
     let _held = dir.lock(true).map_err(err)?;
     let layers = CowLayers { base: bases.join(tree.to_string()) };
     if !layers.base.is_dir() {
-        make_base(repo, bases, tree)?;
+        let temp = bases.join(format!(".tmp-{tree}-{}", std::process::id()));
+        if let Err(e) = make_base(repo, &temp, tree, prepare) {
+            let _ = remove_created_dir(&temp, bases);
+            return Err(e);
+        }
+        std::fs::rename(&temp, &layers.base).map_err(err)?;
     }
     std::fs::write(layers.user_file(user), b"").map_err(err)?;
     Ok(layers)
@@ -121,10 +132,16 @@ pub fn leave_base(layers: &CowLayers, name: &str) -> Result<()> {
     }
 }
 
-/// Checks `tree` out into a temporary directory and renames it into place.
-fn make_base(repo: &Repository, bases: &Path, tree: Oid) -> Result<()> {
-    let temp = bases.join(format!(".tmp-{tree}-{}", std::process::id()));
-    let _ = remove_created_dir(&temp, bases);
+/// Checks `tree` out into the temporary directory `temp`, with its index.
+fn make_base(
+    repo: &Repository,
+    temp: &Path,
+    tree: Oid,
+    prepare: impl FnOnce(&mut git2::Index) -> Result<()>,
+) -> Result<()> {
+    if let Some(bases) = temp.parent() {
+        let _ = remove_created_dir(temp, bases);
+    }
     let checkout = temp.join("tree");
     std::fs::create_dir_all(&checkout).map_err(err)?;
     std::fs::create_dir_all(temp.join("users")).map_err(err)?;
@@ -132,12 +149,12 @@ fn make_base(repo: &Repository, bases: &Path, tree: Oid) -> Result<()> {
     let mut index = git2::Index::open(&temp.join("index")).map_err(err)?;
     index.read_tree(&tree).map_err(err)?;
     let mut opts = CheckoutBuilder::new();
-    opts.target_dir(&checkout).force().recreate_missing(true).disable_filters(false);
+    opts.target_dir(&checkout).force().recreate_missing(true);
     repo.checkout_index(Some(&mut index), Some(&mut opts)).map_err(err)?;
     record_stat_data(&mut index, &checkout)?;
+    prepare(&mut index)?;
     index.write().map_err(err)?;
-    std::fs::write(checkout.join(".git"), GITLINK).map_err(err)?;
-    std::fs::rename(&temp, bases.join(tree.id().to_string())).map_err(err)
+    std::fs::write(checkout.join(".git"), GITLINK).map_err(err)
 }
 
 /// Puts each checked-out file's stat data in its index entry (libgit2 does
@@ -252,7 +269,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (repo, tree) = repo_with_files(dir.path());
         let bases = dir.path().join("bases");
-        let layers = take_base(&repo, &bases, tree, "forage-one").unwrap();
+        let layers = take_base(&repo, &bases, tree, "forage-one", |_| Ok(())).unwrap();
         assert_eq!(layers.tree().unwrap(), tree);
         let checkout = layers.lower();
         assert_eq!(std::fs::read_to_string(checkout.join("d/b.txt")).unwrap(), "b\n");
@@ -275,7 +292,7 @@ mod tests {
         }
 
         // A second sandbox shares it; the base goes once neither uses it.
-        let again = take_base(&repo, &bases, tree, "forage-two").unwrap();
+        let again = take_base(&repo, &bases, tree, "forage-two", |_| Ok(())).unwrap();
         assert_eq!(again, layers);
         let live = |u: &str| ["forage-one", "forage-two"].contains(&u);
         assert!(unused_bases(&bases, live).is_empty());

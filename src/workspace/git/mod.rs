@@ -352,7 +352,8 @@ impl GitWorkspace {
     fn add_layers(&self, layers: &CowLayers) -> Result<()> {
         let repo = self.open()?;
         let bases = layers.base.parent().ok_or_else(|| ws_err("a base checkout outside FORAGE_HOME/bases"))?;
-        cow::take_base(&repo, bases, layers.tree()?, &self.worktree_id)?;
+        // Submodules as the host view's index has them (`hide_submodules`).
+        cow::take_base(&repo, bases, layers.tree()?, &self.worktree_id, |index| hide_submodules(index).map(drop))?;
         cow::make_layers(&self.path)
     }
 
