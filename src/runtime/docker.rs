@@ -301,7 +301,8 @@ fn overlay_mount(m: &Mount, overlay: &super::Overlay) -> DockerMount {
     }
 }
 
-/// On an overlay volume: the upper layer it writes to (`gc` finds orphans by it).
+/// On an overlay volume: the upper layer it writes to (`docker volume ls
+/// --filter label=forage.cow.upper` finds them; the tests look for leftovers).
 pub const COW_LABEL: &str = "forage.cow.upper";
 
 impl Docker {
