@@ -28,7 +28,7 @@ LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").sp
 LIST_RUNNING = int(os.environ.get("LIST_RUNNING", "10"))
 # Which groups of rows to run (all by default): ROWS="list" runs the warm and
 # cold list rows alone, and lifecycle.sh then rewrites only their lines.
-GROUPS = ("lifecycle", "parallel", "list", "list-running", "large")
+GROUPS = ("lifecycle", "parallel", "list", "list-running", "large", "large-cow")
 ROWS = os.environ.get("ROWS", " ".join(GROUPS)).split()
 FLOOR = os.path.join(WORK, "floor")
 HOME = os.environ["FORAGE_HOME"]
@@ -123,6 +123,20 @@ def forage_gone(repo, names):
     left = sh(f"{F} list -q")
     if any(n in left.split() for n in names):
         raise Failed(f"sandboxes left: {left}")
+
+
+def forage_cow_up_done(repo, names):
+    """`up --cow`: the container running on the branch, its upper layer made,
+    and no worktree of the repository (the overlay stands for it)."""
+    running([f"forage-{n}" for n in names])
+    branches(repo, [f"forage-{n}" for n in names])
+    for n in names:
+        status = json.loads(sh(f"{F} status {n} --json"))
+        if not status["record"]["workspace"].get("cow"):
+            raise Failed(f"sandbox {n} is not copy-on-write: {status['record']['workspace']}")
+        if not os.path.isdir(os.path.join(HOME, "workspaces", n, "upper")):
+            raise Failed(f"sandbox {n} has no upper layer")
+    worktrees(repo, [os.path.join(HOME, "workspaces", n) for n in names], present=False)
 
 
 def floor_up_done(repo, names):
@@ -385,6 +399,24 @@ def main():
             "forage": (nothing, forage_up("big", large), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
             "floor": (nothing, floor_up(large, "big", image), lambda: floor_up_done(large, ["big"]), lambda: floor_cleanup(large, "big")),
         }, warmup=0)
+
+    if wanted("large-cow"):
+        # `up --cow` once the base checkout of the tree exists (the warm-up run
+        # makes it, `down` keeps it): against forage's full `up` of the same
+        # repository, and against `up --cow` of the 50-file one.
+        print(f"==> large repository, copy-on-write: {LARGE_FILES} files", flush=True)
+        large = os.path.join(WORK, "large")
+        if not os.path.isdir(large):
+            make_repo(large, LARGE_FILES)
+        cow_up = lambda name, r: forage_up(name, r, "--cow")
+        bench("large-cow", LARGE_RUNS, {
+            "forage": (nothing, cow_up("bigc", large), lambda: forage_cow_up_done(large, ["bigc"]), lambda: forage_cleanup("bigc")),
+            "floor": (nothing, forage_up("bigf", large), lambda: forage_up_done(large, ["bigf"]), lambda: forage_cleanup("bigf")),
+        })
+        bench("cow-sizes", RUNS, {
+            "forage": (nothing, cow_up("bigc", large), lambda: forage_cow_up_done(large, ["bigc"]), lambda: forage_cleanup("bigc")),
+            "floor": (nothing, cow_up("smallc", repo), lambda: forage_cow_up_done(repo, ["smallc"]), lambda: forage_cleanup("smallc")),
+        })
 
 
 if __name__ == "__main__":

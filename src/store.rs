@@ -82,6 +82,12 @@ impl Home {
         self.root.join("private")
     }
 
+    /// FORAGE_HOME/bases: the base checkouts copy-on-write sandboxes share
+    /// (`workspace::cow`).
+    pub fn bases_dir(&self) -> PathBuf {
+        self.root.join("bases")
+    }
+
     /// FORAGE_HOME/secrets: forage's copies of `--secret` files, in a
     /// directory per sandbox that only the user can read, and no container
     /// mounts but each file its own sandbox was given.

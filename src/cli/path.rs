@@ -7,16 +7,18 @@ use super::{Ctx, NameArg};
 use crate::error::Result;
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
-    let record = ctx.engine().await?.record(&args.name)?;
+    let engine = ctx.engine().await?;
+    let record = engine.record(&args.name)?;
     let ws = record.workspace.get();
+    let path = engine.host_view(&args.name).await?;
     if ctx.out.json_wanted() {
         ctx.out.json(&serde_json::json!({
             "sandbox": record.name.as_str(),
             "mode": ws.mode(),
-            "path": ws.host_path(),
+            "path": path,
         }))?;
     } else {
-        ctx.out.data(ws.host_path().display().to_string());
+        ctx.out.data(path.display().to_string());
     }
     Ok(0)
 }

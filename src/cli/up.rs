@@ -103,6 +103,12 @@ pub struct UpArgs {
     /// ignored), on your HEAD; your checkout is left as it is.
     #[arg(long)]
     pub include_uncommitted: bool,
+    /// git: make /workspace a copy-on-write overlay on a base checkout shared
+    /// by every sandbox on the same tree, so `up` writes no files and the
+    /// sandbox's disk holds only what the agent changes; falls back to a full
+    /// checkout, saying why, where the overlay cannot be made.
+    #[arg(long)]
+    pub cow: bool,
     /// Ignore the project's toolchain (.forage/template.yaml,
     /// .devcontainer/devcontainer.json): run the template's image as it is.
     #[arg(long)]
@@ -172,6 +178,7 @@ impl UpArgs {
             agent_args: self.agent_args,
             profile: self.profile,
             include_uncommitted: self.include_uncommitted,
+            cow: self.cow,
             no_project_toolchain: self.no_project_toolchain,
             task: match (self.task, self.task_file) {
                 (Some(text), _) => Some(TaskSpec::Text(text)),
@@ -214,6 +221,14 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     }
     for warning in &request.warnings {
         ctx.out.warn(warning);
+    }
+    if let crate::workspace::WorkspaceRequest::GitWorktree(git) = &request.workspace {
+        if let Some(layers) = &git.workspace.cow {
+            ctx.out.status(format!(
+                "workspace: copy-on-write over the shared base checkout {} (the sandbox's disk holds only what the agent changes)",
+                layers.base.display()
+            ));
+        }
     }
     if let Some(toolchain) = request.toolchain() {
         ctx.out.status(format!("toolchain: {toolchain}"));

@@ -255,6 +255,9 @@ fn egress_endpoint(e: &super::EgressAttachment) -> bollard::models::NetworkingCo
 }
 
 pub(crate) fn docker_mount(m: &Mount) -> DockerMount {
+    if let Some(overlay) = &m.overlay {
+        return overlay_mount(m, overlay);
+    }
     DockerMount {
         target: Some(m.target.clone()),
         source: Some(m.source.display().to_string()),
@@ -263,6 +266,44 @@ pub(crate) fn docker_mount(m: &Mount) -> DockerMount {
         ..Default::default()
     }
 }
+
+/// An anonymous volume of the `local` driver that the engine mounts as an
+/// overlay (measured in docs/adr/0003): removed with the container (`remove`
+/// passes `v`). `userxattr` makes the overlay mark opaque directories with
+/// `user.overlay.opaque`, which forage (not root) can read in the upper layer.
+fn overlay_mount(m: &Mount, overlay: &super::Overlay) -> DockerMount {
+    use bollard::models::{MountVolumeOptions, MountVolumeOptionsDriverConfig};
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        overlay.lower.display(),
+        m.source.display(),
+        overlay.work.display()
+    );
+    let driver = MountVolumeOptionsDriverConfig {
+        name: Some("local".into()),
+        options: Some(HashMap::from([
+            ("type".to_owned(), "overlay".to_owned()),
+            ("device".to_owned(), "overlay".to_owned()),
+            ("o".to_owned(), options),
+        ])),
+    };
+    DockerMount {
+        target: Some(m.target.clone()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(m.read_only),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            driver_config: Some(driver),
+            labels: Some(HashMap::from([(COW_LABEL.to_owned(), m.source.display().to_string())])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// On an overlay volume: the upper layer it writes to (`docker volume ls
+/// --filter label=forage.cow.upper` finds them; the tests look for leftovers).
+pub const COW_LABEL: &str = "forage.cow.upper";
 
 impl Docker {
     /// `reference`, which must be in the engine, ready for `create`.
@@ -479,6 +520,7 @@ impl Runtime for Docker {
                 source: m.source.unwrap_or_default().into(),
                 target: m.destination.unwrap_or_default(),
                 read_only: !m.rw.unwrap_or(true),
+                overlay: None,
             })
             .collect();
         let status = state.status.map(|s| ContainerState::parse(s.as_ref())).unwrap_or(ContainerState::Unknown);

@@ -88,6 +88,21 @@ pub struct Mount {
     pub source: PathBuf,
     pub target: String,
     pub read_only: bool,
+    /// Set for an overlay the engine mounts instead of binding `source`,
+    /// which is then its upper layer (`up --cow`, docs/adr/0003).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<Overlay>,
+}
+
+/// The other layers of an overlay mount: made by the engine as a volume of
+/// the `local` driver (`type=overlay`), anonymous, so removing the container
+/// removes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Overlay {
+    /// The read-only lower layer.
+    pub lower: PathBuf,
+    /// The overlay's scratch directory, on the upper layer's filesystem.
+    pub work: PathBuf,
 }
 
 /// Everything needed to create a sandbox container, already validated.

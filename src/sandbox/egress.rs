@@ -444,8 +444,8 @@ impl<R: Runtime> Engine<R> {
                 (LABEL_EGRESS.to_owned(), "proxy".to_owned()),
             ]),
             mounts: vec![
-                Mount { source: policy, target: POLICY_INSIDE.into(), read_only: true },
-                Mount { source: log, target: LOG_INSIDE.into(), read_only: false },
+                Mount { source: policy, target: POLICY_INSIDE.into(), read_only: true, overlay: None },
+                Mount { source: log, target: LOG_INSIDE.into(), read_only: false, overlay: None },
             ],
             command: vec![
                 program,

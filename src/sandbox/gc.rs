@@ -47,6 +47,9 @@ pub enum Kind {
     UnusedProxy,
     /// A finished job's context beyond the newest `jobs::KEEP_FINISHED`.
     OldJob,
+    /// A copy-on-write base checkout (FORAGE_HOME/bases/<tree>) no sandbox
+    /// uses, or one a killed `up` left half made.
+    UnusedBase,
 }
 
 impl std::fmt::Display for Kind {
@@ -65,6 +68,7 @@ impl std::fmt::Display for Kind {
             Kind::OrphanForwarder => "orphan-forwarder",
             Kind::UnusedProxy => "unused-proxy",
             Kind::OldJob => "old-job",
+            Kind::UnusedBase => "unused-base",
         })
     }
 }
@@ -146,6 +150,7 @@ impl<R: Runtime> Engine<R> {
         findings.extend(self.gc_forwarders(|n| seen.had_record(n), force).await?);
         findings.extend(self.stale_files(force).await?);
         findings.extend(self.old_jobs(force).await?);
+        findings.extend(self.unused_bases(force).await);
         Ok(findings)
     }
 
@@ -230,6 +235,33 @@ impl<R: Runtime> Engine<R> {
             findings.push(finding.act(force, remove).await);
         }
         Ok(findings)
+    }
+
+    /// Base checkouts of copy-on-write sandboxes that no sandbox uses: after
+    /// the broken sandboxes are torn down, so that theirs count as unused.
+    /// Each user file names a sandbox (`forage-<name>`); one with a record,
+    /// even an unreadable one, keeps the base. Looked at again under the lock
+    /// of the bases before anything is removed (`cow::remove_base`).
+    async fn unused_bases(&self, force: bool) -> Vec<Finding> {
+        let bases = self.home.bases_dir();
+        let home = self.home.clone();
+        let live = move |user: &str| {
+            let name = user.strip_prefix("forage-").and_then(|n| SandboxName::parse(n).ok());
+            name.is_none_or(|n| home.record_exists(&n))
+        };
+        let mut findings = Vec::new();
+        for base in crate::workspace::cow::unused_bases(&bases, &live) {
+            let finding = Finding::new(
+                Kind::UnusedBase,
+                base.display().to_string(),
+                "no copy-on-write sandbox uses this base checkout",
+                "remove it",
+            );
+            let (bases, live) = (bases.clone(), live.clone());
+            let remove = super::blocking(move || crate::workspace::cow::remove_base(&bases, &base, live));
+            findings.push(finding.act(force, remove).await);
+        }
+        findings
     }
 
     /// What sandboxes no record owns were given of their agent's state: the

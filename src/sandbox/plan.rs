@@ -74,6 +74,7 @@ impl ContainerPlan {
                 source: super::secrets::copy_path(secrets_dir, &s.name),
                 target: format!("{}/{}", inside::SECRETS_DIR, s.name),
                 read_only: true,
+                overlay: None,
             });
         }
         if options.task {
@@ -81,6 +82,7 @@ impl ContainerPlan {
                 source: super::secrets::task_copy_path(secrets_dir),
                 target: inside::TASK_FILE.to_owned(),
                 read_only: true,
+                overlay: None,
             });
         }
         let network = options.network.unwrap_or(t.network);
@@ -266,7 +268,7 @@ fn template_mounts(
                 source.display()
             )));
         }
-        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only });
+        mounts.push(Mount { source, target: m.target.clone(), read_only: m.read_only, overlay: None });
     }
     Ok(mounts)
 }

@@ -415,6 +415,34 @@ impl<R: Runtime> Engine<R> {
         super::blocking(move || workspace.get().at_stake(inside)).await
     }
 
+    /// Where the user can look at the agent's files on the host: the
+    /// worktree; for a copy-on-write sandbox, the merged view the engine
+    /// mounts for its container, which exists only while it runs (ADR 0003),
+    /// under the engine's own directory (readable by root).
+    pub async fn host_view(&self, name: &SandboxName) -> Result<PathBuf> {
+        let record = self.record(name)?;
+        let ws = record.workspace.get();
+        let crate::workspace::WorkspaceRecord::GitWorktree(git) = &record.workspace else {
+            return Ok(ws.host_path().to_path_buf());
+        };
+        if git.cow.is_none() {
+            return Ok(ws.host_path().to_path_buf());
+        }
+        let merged = match self.runtime.inspect(&record.container).await? {
+            Some(c) if c.state == crate::runtime::ContainerState::Running => {
+                c.mounts.into_iter().find(|m| m.target == crate::runtime::WORKSPACE_TARGET).map(|m| m.source)
+            }
+            _ => None,
+        };
+        merged.ok_or_else(|| {
+            Error::conflict(format!(
+                "sandbox {name} is a copy-on-write sandbox and is not running: its files are an overlay the engine mounts only while it runs"
+            ))
+            .hint_run("{command} mounts it again", ["start", name.as_str()])
+            .hint_run("or {command} shows the agent's changes", ["diff", name.as_str(), "--uncommitted"])
+        })
+    }
+
     /// The record of an existing sandbox, or a not-found error naming it.
     pub fn record(&self, name: &SandboxName) -> Result<Record> {
         self.home.load(name)?.ok_or_else(|| not_found(name))

@@ -78,6 +78,10 @@ pub struct CreateRequest {
     /// Whose copy of the agent's state (login, settings) the sandbox gets (default: `default`).
     #[serde(default)]
     pub profile: Option<String>,
+    /// git: make /workspace a copy-on-write overlay on a base checkout shared
+    /// by the sandboxes on the same tree (a full checkout where it cannot be).
+    #[serde(default)]
+    pub cow: bool,
     /// Create everything but do not start the container.
     #[serde(default)]
     pub no_start: bool,
@@ -126,6 +130,7 @@ impl CreateRequest {
             read_only: false,
             allow_home: false,
             start: !self.no_start,
+            cow: self.cow,
             agent_args: self.agent_args,
             include_uncommitted: self.include_uncommitted,
             task: self.task.map(TaskSpec::Text),
@@ -368,6 +373,7 @@ impl JobRequest {
             env: self.env,
             include_uncommitted: false,
             profile: None,
+            cow: false,
             no_start: false,
             agent_args: self.agent_args,
         };

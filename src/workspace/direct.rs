@@ -69,7 +69,12 @@ impl Workspace for DirectWorkspace {
     }
 
     fn mounts(&self, read_only: bool, _guard: &Guard) -> Vec<crate::runtime::Mount> {
-        vec![crate::runtime::Mount { source: self.path.clone(), target: crate::inside::WORKSPACE.into(), read_only }]
+        vec![crate::runtime::Mount {
+            source: self.path.clone(),
+            target: crate::inside::WORKSPACE.into(),
+            read_only,
+            overlay: None,
+        }]
     }
 
     fn make(&self, _part: Part) -> Result<()> {

@@ -2,6 +2,7 @@
 //! how to validate its input, what to mount, and how to tear itself down.
 
 pub mod conflicts;
+pub mod cow;
 pub mod direct;
 pub mod dirty_memo;
 pub mod git;

@@ -180,6 +180,7 @@ mod tests {
             private: None,
             from_uncommitted: false,
             start: None,
+            cow: None,
         });
         let mut reach = AgentReach::default();
         reach.add("b", &ws, []);

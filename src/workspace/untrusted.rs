@@ -126,6 +126,16 @@ impl Dir {
         Ok(Some(at))
     }
 
+    /// Whether the overlay marked this directory of an upper layer opaque: it
+    /// hides what the lower layer holds below it. With the mount option
+    /// `userxattr` the mark is `user.overlay.opaque`, which the directory's
+    /// owner can read (docs/adr/0003); "y" is the only value meaning opaque.
+    pub fn is_opaque(&self) -> io::Result<bool> {
+        use xattr::FileExt;
+        let file = File::from(self.fd.try_clone()?);
+        Ok(file.get_xattr("user.overlay.opaque")?.is_some_and(|v| v == b"y"))
+    }
+
     /// The entries (not `.` and `..`), each with its kind as `lstat` saw it.
     pub fn entries(&self) -> io::Result<Vec<(OsString, Kind)>> {
         let fd = nix::unistd::dup(&self.fd)?;

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{Index, IndexEntry, IndexTime, ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use nix::sys::stat::FileStat;
+use nix::sys::stat::{FileStat, SFlag};
 use sha1::{Digest, Sha1};
 
 use super::dirty_memo::Observed;
@@ -77,6 +77,10 @@ pub enum Known {
     /// nanoseconds since the epoch): a file it holds whose modification and
     /// change times are both older is as the snapshot has it.
     Snapshot { files: HashMap<Vec<u8>, (u32, Oid)>, since: (i64, i64) },
+    /// A copy-on-write upper layer: the committed files (a tree's, by path),
+    /// which decide what is tracked; every file is read (the layer holds only
+    /// what the agent changed).
+    Tree(HashMap<Vec<u8>, (u32, Oid)>),
 }
 
 /// The worktree's files, sorted by path.
@@ -137,7 +141,73 @@ pub fn read_with(
     known: Known,
     how: Reading,
 ) -> Result<WorktreeFiles> {
-    Ok(walk(repo, rules, root, known, how, None)?.0)
+    Ok(walk(repo, rules, root, known, how, None, None)?.0)
+}
+
+/// The files of a copy-on-write workspace (docs/adr/0003): `lower`, the base
+/// tree's files, which the lower layer holds (forage checked it out and
+/// nothing writes it, so it is never read), with the upper layer at `upper`
+/// over them, read like any worktree of the agent's. A whiteout hides the
+/// lower entry of its name, an opaque directory everything the lower layer
+/// has below it, and any other entry replaces the lower one: O(entries in the
+/// upper layer) on disk.
+pub fn read_layered(
+    repo: &Repository,
+    rules: &HostRules,
+    upper: &Path,
+    lower: HashMap<Vec<u8>, (u32, Oid)>,
+    committed: HashMap<Vec<u8>, (u32, Oid)>,
+    how: Reading,
+) -> Result<WorktreeFiles> {
+    let layers = Layers { lower, upper: HashMap::new() };
+    Ok(walk(repo, rules, upper, Known::Tree(committed), how, None, Some(layers))?.0)
+}
+
+/// What an upper-layer entry does to the lower layer's entry of its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upper {
+    /// A character device 0/0: the lower entry is deleted.
+    Whiteout,
+    /// A directory: merged with the lower one, unless opaque.
+    Dir { opaque: bool },
+    /// Anything else replaces the lower entry.
+    Other,
+}
+
+/// A copy-on-write workspace's lower layer, and the upper layer's entries as
+/// its walk finds them.
+struct Layers {
+    lower: HashMap<Vec<u8>, (u32, Oid)>,
+    upper: HashMap<Vec<u8>, Upper>,
+}
+
+impl Layers {
+    /// Whether the lower layer's `path` shows through the upper layer: no
+    /// upper entry of its name, and above it only upper directories that are
+    /// not opaque (or none, below which the upper layer holds nothing).
+    fn shows(&self, path: &[u8]) -> bool {
+        for (i, b) in path.iter().enumerate() {
+            if *b == b'/' {
+                match self.upper.get(&path[..i]) {
+                    None => return true,
+                    Some(Upper::Dir { opaque: false }) => {}
+                    Some(_) => return false,
+                }
+            }
+        }
+        !self.upper.contains_key(path)
+    }
+
+    /// The lower files that show through, and are not in `have` already.
+    fn shown(self, have: &HashSet<Vec<u8>>) -> Vec<FileEntry> {
+        let mut out = Vec::new();
+        for (path, (mode, id)) in &self.lower {
+            if !have.contains(path) && self.shows(path) {
+                out.push(FileEntry { path: path.clone(), mode: *mode, id: *id });
+            }
+        }
+        out
+    }
 }
 
 /// `read_with`, also recording the stat data of everything that decided the
@@ -149,7 +219,7 @@ pub fn read_observed(
     known: Known,
     how: Reading,
 ) -> Result<(WorktreeFiles, Observed)> {
-    let (files, observed) = walk(repo, rules, root, known, how, Some(Observed::default()))?;
+    let (files, observed) = walk(repo, rules, root, known, how, Some(Observed::default()), None)?;
     Ok((files, observed.unwrap_or_default()))
 }
 
@@ -160,6 +230,7 @@ fn walk(
     known: Known,
     how: Reading,
     observed: Option<Observed>,
+    layers: Option<Layers>,
 ) -> Result<(WorktreeFiles, Option<Observed>)> {
     let (tracked, since, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
         Known::Index(index) => {
@@ -172,9 +243,16 @@ fn walk(
             let entries = files.into_iter().map(|(p, (mode, id))| (p, Tracked::Snapshot { mode, id })).collect();
             (entries, Some(since), true)
         }
+        Known::Tree(files) => {
+            let entries = files.into_iter().map(|(p, (mode, id))| (p, Tracked::Snapshot { mode, id })).collect();
+            (entries, None, false)
+        }
     };
     let mut tracked_dirs: HashSet<Vec<u8>> = HashSet::new();
-    for path in tracked.keys() {
+    // The lower layer's directories are walked wherever the upper one has
+    // them, ignored or not: what is whited out there decides what shows.
+    let lower = layers.iter().flat_map(|l| l.lower.keys());
+    for path in tracked.keys().chain(lower) {
         for (i, b) in path.iter().enumerate() {
             if *b == b'/' {
                 tracked_dirs.insert(path[..i].to_vec());
@@ -197,8 +275,14 @@ fn walk(
         observed,
         rel: Vec::new(),
         left: how.budget(),
+        layers,
     };
     walk.run(Dir::open(root).map_err(err)?)?;
+    if let Some(layers) = walk.layers.take() {
+        let have: HashSet<Vec<u8>> =
+            walk.out.files.iter().map(|f| f.path.clone()).chain(walk.out.unseen.iter().cloned()).collect();
+        walk.out.files.extend(layers.shown(&have));
+    }
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((walk.out, walk.observed))
 }
@@ -294,6 +378,8 @@ struct Walk<'a> {
     rel: Vec<u8>,
     /// How many more bytes of content this walk may read.
     left: u64,
+    /// Set when the walk reads a copy-on-write upper layer.
+    layers: Option<Layers>,
 }
 
 impl Walk<'_> {
@@ -359,6 +445,13 @@ impl Walk<'_> {
         }
         let level = Level { subdirs: Vec::new(), rel_len: self.rel.len(), rules: None };
         match walk.descend(name, level) {
+            Ok(true) if self.layers.is_some() => {
+                let opaque = walk.dir().is_opaque().map_err(err)?;
+                if let Some(layers) = &mut self.layers {
+                    layers.upper.insert(self.rel.clone(), Upper::Dir { opaque });
+                }
+                Ok(true)
+            }
             Ok(true) => Ok(true),
             // Gone, or no longer a directory, since it was listed.
             Ok(false) => {
@@ -389,6 +482,8 @@ impl Walk<'_> {
         let has_rules = entries.iter().any(|(name, _)| name == ".gitignore");
         if has_rules {
             walk.data_mut().rules = self.own_rules(walk.dir());
+        } else if self.layers.is_some() {
+            walk.data_mut().rules = self.lower_rules();
         }
         let dir = walk.dir();
         if let Some(observed) = &mut self.observed {
@@ -414,6 +509,9 @@ impl Walk<'_> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.as_bytes());
+            if self.layered_entry(dir, &name, kind, &rel) == Some(Upper::Whiteout) {
+                continue;
+            }
             if let Some(e) = self.tracked.get(&rel).filter(|e| e.mode() == MODE_GITLINK) {
                 // A submodule: its commit as forage knows it.
                 self.out.files.push(FileEntry { path: rel, mode: e.mode(), id: e.id() });
@@ -465,12 +563,55 @@ impl Walk<'_> {
         }
     }
 
+    /// Walking an upper layer: records what the entry `name` (at `rel`) does
+    /// to the lower layer (a directory as not opaque until it is entered).
+    fn layered_entry(&mut self, dir: &Dir, name: &OsStr, kind: Kind, rel: &[u8]) -> Option<Upper> {
+        let layers = self.layers.as_mut()?;
+        let upper = match kind {
+            Kind::Dir => Upper::Dir { opaque: false },
+            Kind::Other => match dir.lstat(name) {
+                Ok(Some(st))
+                    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR && st.st_rdev == 0 =>
+                {
+                    Upper::Whiteout
+                }
+                _ => Upper::Other,
+            },
+            Kind::File | Kind::Symlink => Upper::Other,
+        };
+        layers.upper.insert(rel.to_vec(), upper);
+        Some(upper)
+    }
+
+    /// Walking an upper layer, in a directory without a `.gitignore` of its
+    /// own: the rules of the lower layer's, if it shows through (read from
+    /// the base tree, which forage checked out).
+    fn lower_rules(&self) -> Option<Gitignore> {
+        let layers = self.layers.as_ref()?;
+        let mut path = self.rel.clone();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(b".gitignore");
+        let (mode, id) = layers.lower.get(&path).filter(|_| layers.shows(&path))?;
+        if *mode == MODE_LINK || *mode == MODE_GITLINK {
+            return None;
+        }
+        let blob = self.repo.find_blob(*id).ok()?;
+        (blob.size() as u64 <= MAX_IGNORE_FILE).then(|| self.rules_of(blob.content()))?
+    }
+
     /// The rules of `dir`'s own `.gitignore` (`dir` being at `self.rel`), read
     /// as the untrusted file it is.
     fn own_rules(&self, dir: &Dir) -> Option<Gitignore> {
         let text = dir.read(".gitignore", MAX_IGNORE_FILE).ok()??;
+        self.rules_of(&text)
+    }
+
+    /// The rules of `text`, a `.gitignore` at `self.rel`.
+    fn rules_of(&self, text: &[u8]) -> Option<Gitignore> {
         let mut builder = GitignoreBuilder::new(self.root.join(OsStr::from_bytes(&self.rel)));
-        for line in String::from_utf8_lossy(&text).lines() {
+        for line in String::from_utf8_lossy(text).lines() {
             let _ = builder.add_line(None, line);
         }
         builder.build().ok()
@@ -754,6 +895,46 @@ mod tests {
         (dir, repo)
     }
 
+    /// An upper layer as the overlay leaves it (ADR 0003): whiteouts are
+    /// character devices 0/0 (made here with mknod, as root), an opaque
+    /// directory carries `user.overlay.opaque=y`.
+    #[test]
+    fn a_layered_read_is_the_lower_tree_with_the_upper_layer_over_it() {
+        use nix::sys::stat::{mknod, Mode, SFlag};
+        let (dir, repo) = repo_with_worktree();
+        let upper = dir.path().join("wt");
+        let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
+        let lower: HashMap<Vec<u8>, (u32, Oid)> = [
+            ("a.txt", "a\n"),
+            ("gone.txt", "g\n"),
+            ("d/x.txt", "x\n"),
+            ("d/deep/y.txt", "y\n"),
+            ("o/old.txt", "old\n"),
+            ("w/z.txt", "z\n"),
+            (".gitignore", "*.log\n"),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p.as_bytes().to_vec(), (MODE_FILE, blob(t))))
+        .collect();
+        let whiteout = |path: &Path| mknod(path, SFlag::S_IFCHR, Mode::empty(), 0).unwrap();
+        whiteout(&upper.join("gone.txt"));
+        std::fs::create_dir_all(upper.join("d/deep")).unwrap();
+        whiteout(&upper.join("d/deep/y.txt"));
+        std::fs::write(upper.join("d/new.txt"), "new\n").unwrap();
+        std::fs::create_dir(upper.join("o")).unwrap();
+        xattr::set(upper.join("o"), "user.overlay.opaque", b"y").unwrap();
+        std::fs::write(upper.join("o/fresh.txt"), "fresh\n").unwrap();
+        whiteout(&upper.join("w"));
+        std::fs::write(upper.join("noise.log"), "ignored by the lower layer's .gitignore\n").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", upper.join("a.txt")).unwrap();
+        let files = read_layered(&repo, &HostRules::of(&repo), &upper, lower.clone(), lower, Reading::Look).unwrap();
+        let names: Vec<&str> = files.files.iter().map(|f| std::str::from_utf8(&f.path).unwrap()).collect();
+        assert_eq!(names, [".gitignore", "a.txt", "d/new.txt", "d/x.txt", "o/fresh.txt"]);
+        let link = &files.files[1];
+        assert_eq!((link.mode, link.id), (MODE_LINK, blob("/etc/passwd")), "a symlink, never followed");
+        assert!(files.skipped.is_empty(), "{:?}", files.skipped);
+    }
+
     #[test]
     fn names_git_refuses_big_files_and_fifos_are_skipped_saying_why() {
         let (dir, repo) = repo_with_worktree();
@@ -853,6 +1034,7 @@ mod tests {
                 observed: None,
                 rel: b"a/b".to_vec(),
                 left: 0,
+                layers: None,
             };
             // Walking a/b, with x and y left to walk at the top and z in a.
             let top = Level { subdirs: vec!["x".into(), "y".into()], rel_len: 0, rules: None };

@@ -12,6 +12,7 @@ mod support;
 mod agent_state;
 mod agent_trees;
 mod cli;
+mod cow;
 mod direct;
 mod engine;
 mod errors;

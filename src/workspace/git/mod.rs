@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use git2::{BranchType, ErrorCode, ObjectType, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
+use super::cow::{self, CowLayers};
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known, Reading};
 use super::{commit_line, AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
@@ -77,6 +78,11 @@ pub struct GitWorkspace {
     /// keeps the archived sandbox's base, so that its work is reviewed whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<String>,
+    /// `up --cow`: /workspace is an overlay on a base checkout shared with
+    /// other sandboxes, and `path` holds this sandbox's own layer; there is
+    /// no worktree of the repository on the host (docs/adr/0003).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cow: Option<CowLayers>,
 }
 
 /// Validated input for a new git-worktree sandbox; nothing is created yet.
@@ -129,6 +135,7 @@ impl GitRequest {
                 private: Some(private_dir),
                 from_uncommitted: false,
                 start: None,
+                cow: None,
             },
         })
     }
@@ -171,6 +178,33 @@ impl GitRequest {
         self.workspace.start = (start != self.workspace.base).then(|| start.to_owned());
         self.workspace.base_ref = base_ref.filter(|r| repo.find_reference(r).is_ok());
         Ok(self)
+    }
+
+    /// `--cow`: the workspace becomes an overlay on the base checkout of the
+    /// start commit's tree under `bases`; or, where that cannot be, the
+    /// request as it was and why (`up` then says it made a full checkout).
+    pub fn copy_on_write(mut self, home: &Path, bases: &Path) -> (Self, Option<String>) {
+        if self.workspace.from_uncommitted {
+            let why = "--include-uncommitted copies your changes into a full checkout".to_owned();
+            return (self, Some(why));
+        }
+        if let Some(why) = cow::unusable_home(home) {
+            return (self, Some(why));
+        }
+        let tree = self
+            .workspace
+            .open()
+            .and_then(|repo| {
+                Ok(repo.find_commit(self.workspace.start_commit()?).and_then(|c| c.tree()).map(|t| t.id()))
+            })
+            .and_then(|found| found.map_err(ws_err));
+        match tree {
+            Ok(tree) => {
+                self.workspace.cow = Some(CowLayers { base: bases.join(tree.to_string()) });
+                (self, None)
+            }
+            Err(e) => (self, Some(e.to_string())),
+        }
     }
 }
 
@@ -303,11 +337,24 @@ impl GitWorkspace {
     /// Adds the host's worktree on the branch and checks it out: the host's view
     /// of the sandbox, and the files the agent starts from.
     pub fn add_worktree(&self) -> Result<()> {
+        if let Some(layers) = &self.cow {
+            return self.add_layers(layers);
+        }
         self.check_out_worktree()?;
         if self.from_uncommitted {
             host_changes::HostChanges::read(&self.repo)?.copy_into(&self.repo, &self.path)?;
         }
         Ok(())
+    }
+
+    /// `--cow`: the shared base checkout (made if it is not there yet, with
+    /// this sandbox among its users) and this sandbox's own layer.
+    fn add_layers(&self, layers: &CowLayers) -> Result<()> {
+        let repo = self.open()?;
+        let bases = layers.base.parent().ok_or_else(|| ws_err("a base checkout outside FORAGE_HOME/bases"))?;
+        // Submodules as the host view's index has them (`hide_submodules`).
+        cow::take_base(&repo, bases, layers.tree()?, &self.worktree_id, |index| hide_submodules(index).map(drop))?;
+        cow::make_layers(&self.path)
     }
 
     /// The worktree, checked out at the branch.
@@ -345,13 +392,27 @@ impl GitWorkspace {
     pub fn create_private(&self) -> Result<()> {
         let Some(private) = self.private_repo() else { return Ok(()) };
         let repo = self.open()?;
-        private.create(&repo, &self.admin_dir().join("index"), &self.branch, self.start_commit()?)
+        let index = match &self.cow {
+            Some(layers) => layers.index(),
+            None => self.admin_dir().join("index"),
+        };
+        private.create(&repo, &index, &self.branch, self.start_commit()?)?;
+        if self.cow.is_some() {
+            // The overlay shows the base's stat data unchanged but for the
+            // device (ADR 0003); git then trusts size and mtime alone.
+            private.trust_stat_minimally()?;
+        }
+        Ok(())
     }
 
     /// The mounts that make /workspace a git checkout of the private repository.
     /// A sandbox made before private repositories gets its worktree alone.
     pub fn bind_mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
-        let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
+        let (source, overlay) = match &self.cow {
+            Some(layers) => (cow::upper(&self.path), cow::overlay(layers, &self.path)),
+            None => (self.path.clone(), None),
+        };
+        let mut mounts = vec![Mount { source, target: WORKSPACE_TARGET.into(), read_only, overlay }];
         if let (Some(private), Ok(repo)) = (self.private_repo(), self.open()) {
             mounts.extend(private.mounts(&repo, read_only, guard));
         }
@@ -377,6 +438,10 @@ impl GitWorkspace {
     /// Removes the host's worktree: its admin entry in the repository and its
     /// directory, each only where the record says forage made it.
     pub fn remove_worktree(&self, workspaces_dir: &Path) -> Result<()> {
+        if let Some(layers) = &self.cow {
+            remove_created_dir(&self.path, workspaces_dir).map_err(ws_err)?;
+            return cow::leave_base(layers, &self.worktree_id);
+        }
         let admin = self.admin_dir();
         if admin.exists() {
             // Only the entry of *this* worktree: its `gitdir` names our directory.
@@ -583,6 +648,12 @@ impl GitWorkspace {
         rules: &worktree_files::HostRules,
         observe: bool,
     ) -> Result<Option<(worktree_files::WorktreeFiles, super::dirty_memo::Observed)>> {
+        if self.cow.is_some() {
+            // Read in O(changed files), so worth no memo.
+            let mut observed = super::dirty_memo::Observed::default();
+            observed.lost();
+            return Ok(self.read_layers(repo, rules, Reading::Look)?.map(|files| (files, observed)));
+        }
         if !self.path.join(".git").exists() {
             return Ok(None);
         }
@@ -597,6 +668,33 @@ impl GitWorkspace {
         } else {
             (worktree_files::read_with(repo, rules, &self.path, known, Reading::Look)?, Default::default())
         }))
+    }
+
+    /// Copy-on-write: the agent's files as its overlay shows them, from the
+    /// base tree and the upper layer (`worktree_files::read_layered`), never
+    /// from the base checkout; `None` when the upper layer is gone (or this
+    /// is no copy-on-write sandbox).
+    pub(crate) fn read_layers(
+        &self,
+        repo: &Repository,
+        rules: &worktree_files::HostRules,
+        how: Reading,
+    ) -> Result<Option<worktree_files::WorktreeFiles>> {
+        let Some(layers) = &self.cow else { return Ok(None) };
+        let upper = cow::upper(&self.path);
+        if !upper.is_dir() {
+            return Ok(None);
+        }
+        let lower_tree = repo.find_tree(layers.tree()?).map_err(ws_err)?;
+        let lower = worktree_files::tree_files(repo, &lower_tree)?;
+        let committed = match self.tip(repo) {
+            Some(tip) => {
+                let tree = repo.find_commit(tip).and_then(|c| c.tree()).map_err(ws_err)?;
+                worktree_files::tree_files(repo, &tree)?
+            }
+            None => lower.clone(),
+        };
+        worktree_files::read_layered(repo, rules, &upper, lower, committed, how).map(Some)
     }
 
     /// What a memo of the DIRTY count is valid for, besides the worktree's own
@@ -813,10 +911,18 @@ impl GitWorkspace {
     ) -> Result<()> {
         let tip = self.tip(repo);
         let unique = self.unique_commits()?;
-        let (dirty, tree) = match self.view()? {
+        let files = match self.view()? {
+            _ if self.cow.is_some() => {
+                self.read_layers(repo, &worktree_files::HostRules::of(repo), Reading::TakeOver)?
+            }
             Some(view) => {
                 let index = view.index().map_err(ws_err)?;
-                let files = worktree_files::read(&view, &self.path, Known::Index(index), Reading::TakeOver)?;
+                Some(worktree_files::read(&view, &self.path, Known::Index(index), Reading::TakeOver)?)
+            }
+            None => None,
+        };
+        let (dirty, tree) = match files {
+            Some(files) => {
                 let parent_tree =
                     tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
                 let dirty = files.changed_since(repo, parent_tree.as_ref())?;

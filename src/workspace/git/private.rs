@@ -59,6 +59,17 @@ impl PrivateRepo<'_> {
     /// fresh checkout (`host_index`), the host's tags, and its branches as
     /// `origin/*`, in the directory `dir` (made by the caller). Nothing is
     /// running yet, so plain writes are safe here.
+    /// For a copy-on-write workspace: git inside compares a file's size and
+    /// mtime (whole seconds) only, never inode numbers or ctime, so that the
+    /// base checkout's index stays valid through the overlay (ADR 0003).
+    /// Written before the container exists.
+    pub fn trust_stat_minimally(&self) -> Result<()> {
+        let path = self.git_dir().join("config");
+        let mut config = std::fs::read(&path).map_err(err)?;
+        config.extend_from_slice(b"[core]\n\tcheckStat = minimal\n\ttrustctime = false\n");
+        write(&path, &config)
+    }
+
     pub fn create(&self, host: &Repository, host_index: &Path, branch: &str, base: Oid) -> Result<()> {
         let git = self.git_dir();
         for dir in ["objects/info", "objects/pack", "refs/heads", "refs/tags", "refs/remotes"] {
@@ -98,10 +109,10 @@ impl PrivateRepo<'_> {
 
     /// The mounts that make git in /workspace use the private repository.
     pub fn mounts(&self, host: &Repository, read_only: bool, guard: &Guard) -> Vec<Mount> {
-        let ro = |source: PathBuf, target: String| Mount { source, target, read_only: true };
+        let ro = |source: PathBuf, target: String| Mount { source, target, read_only: true, overlay: None };
         let mut mounts = vec![
             ro(self.gitlink(), format!("{WORKSPACE_TARGET}/.git")),
-            Mount { source: self.git_dir(), target: PRIVATE_GIT_TARGET.into(), read_only },
+            Mount { source: self.git_dir(), target: PRIVATE_GIT_TARGET.into(), read_only, overlay: None },
             ro(self.remotes(), format!("{PRIVATE_GIT_TARGET}/refs/remotes")),
         ];
         // The host's objects (and those it borrows itself), read-only at their own

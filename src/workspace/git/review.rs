@@ -33,10 +33,16 @@ impl Review for GitWorkspace {
             None => base,
         };
         let tip_tree = repo.find_tree(tree_of(repo, tip)?).map_err(ws_err)?;
-        let (current, skipped) = match self.view()? {
+        let files = match self.view()? {
+            _ if self.cow.is_some() => self.read_layers(repo, &worktree_files::HostRules::of(repo), Reading::Store)?,
             Some(view) => {
                 let index = view.index().map_err(ws_err)?;
-                let files = worktree_files::read(repo, &self.path, Known::Index(index), Reading::Store)?;
+                Some(worktree_files::read(repo, &self.path, Known::Index(index), Reading::Store)?)
+            }
+            None => None,
+        };
+        let (current, skipped) = match files {
+            Some(files) => {
                 let skipped = files.skipped.iter().map(|(p, why)| format!("{p}: {why}")).collect();
                 (files.write_tree_keeping(repo, &tip_tree)?, skipped)
             }

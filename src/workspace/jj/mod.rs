@@ -477,23 +477,30 @@ impl JjWorkspace {
     /// /workspace/.jj, the host's bookmarks read-only inside it, and the host's
     /// objects read-only at their own path.
     pub fn bind_mounts(&self, read_only: bool, guard: &Guard) -> Vec<Mount> {
-        let mut mounts = vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only }];
+        let mut mounts =
+            vec![Mount { source: self.path.clone(), target: WORKSPACE_TARGET.into(), read_only, overlay: None }];
         let (Some(private_jj), Some(host_refs), Ok(host)) = (self.private_jj(), self.host_refs(), self.open_host())
         else {
             return mounts;
         };
         let inside = format!("{WORKSPACE_TARGET}/.jj");
-        mounts.push(Mount { source: private_jj, target: inside.clone(), read_only });
+        mounts.push(Mount { source: private_jj, target: inside.clone(), read_only, overlay: None });
         if let Some(no_git) = self.no_git().filter(|p| p.is_file()) {
-            mounts.push(Mount { source: no_git, target: format!("{WORKSPACE_TARGET}/.git"), read_only: true });
+            mounts.push(Mount {
+                source: no_git,
+                target: format!("{WORKSPACE_TARGET}/.git"),
+                read_only: true,
+                overlay: None,
+            });
         }
         mounts.push(Mount {
             source: host_refs,
             target: format!("{inside}/{STORE_GIT}/refs/remotes/{HOST_REMOTE}"),
             read_only: true,
+            overlay: None,
         });
         for dir in super::git::private::mountable_object_dirs(&host, guard) {
-            mounts.push(Mount { target: dir.display().to_string(), source: dir, read_only: true });
+            mounts.push(Mount { target: dir.display().to_string(), source: dir, read_only: true, overlay: None });
         }
         mounts
     }
