@@ -340,23 +340,41 @@ impl<R: Runtime> Engine<R> {
         self.runtime.upload(&record.container, "/", tar).await
     }
 
-    /// The image's CA bundle, if it has one (a regular file, bounded).
+    /// The image's CA bundle, if it has one: a regular file, bounded. A
+    /// symlink to an absolute path is followed once (Fedora's points into
+    /// /etc/pki), as the image's own TLS would.
     async fn image_bundle(&self, container: &str) -> Result<Option<Vec<u8>>> {
-        use crate::runtime::Download;
-        let archive = match self.runtime.download(container, "/", inject::SYSTEM_BUNDLE, inject::MAX_BUNDLE).await? {
-            Download::Archive(bytes) => bytes,
-            _ => return Ok(None),
-        };
-        let mut tar = tar::Archive::new(archive.as_slice());
-        let entries = tar.entries().map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
-            if entry.header().entry_type().is_file() {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut entry, &mut bytes)
-                    .map_err(|e| Error::other(format!("reading the image's CA bundle: {e}")))?;
-                return Ok(Some(bytes));
+        let mut path = inject::SYSTEM_BUNDLE.to_owned();
+        for _ in 0..2 {
+            match self.bundle_entry(container, &path).await? {
+                Some(BundleEntry::File(bytes)) => return Ok(Some(bytes)),
+                Some(BundleEntry::Link(target)) if target.starts_with('/') => path = target,
+                _ => return Ok(None),
             }
+        }
+        Ok(None)
+    }
+
+    /// What is at `path` in the (created) container: a file's bytes, or a
+    /// symlink's target; nothing else.
+    async fn bundle_entry(&self, container: &str, path: &str) -> Result<Option<BundleEntry>> {
+        use crate::runtime::Download;
+        let Download::Archive(archive) = self.runtime.download(container, "/", path, inject::MAX_BUNDLE).await? else {
+            return Ok(None);
+        };
+        let unreadable = |e: std::io::Error| Error::other(format!("reading the image's CA bundle {path}: {e}"));
+        let mut tar = tar::Archive::new(archive.as_slice());
+        let Some(entry) = tar.entries().map_err(unreadable)?.next() else { return Ok(None) };
+        let mut entry = entry.map_err(unreadable)?;
+        let kind = entry.header().entry_type();
+        if kind.is_file() {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(unreadable)?;
+            return Ok(Some(BundleEntry::File(bytes)));
+        }
+        if kind.is_symlink() {
+            let target = entry.link_name().map_err(unreadable)?;
+            return Ok(target.and_then(|t| t.to_str().map(|t| BundleEntry::Link(t.to_owned()))));
         }
         Ok(None)
     }
@@ -548,6 +566,12 @@ impl<R: Runtime> Engine<R> {
             Err(e) => Err(Error::other(format!("removing {}: {e}", dir.display()))),
         }
     }
+}
+
+/// What the image has where a CA bundle is looked for.
+enum BundleEntry {
+    File(Vec<u8>),
+    Link(String),
 }
 
 /// A tar of `files` (absolute paths), readable by all, with their directories.
