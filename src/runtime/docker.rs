@@ -23,6 +23,10 @@ use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
 use crate::progress::Progress;
 
+/// How many times (every 100 ms) an attach refused because Podman is still
+/// cleaning up after a stop is tried again: 30 seconds, for a loaded machine.
+const ATTACH_TRIES: u32 = 300;
+
 /// Go's `os.ModeSymlink`, in the modes the engine's path stat reports.
 const GO_MODE_SYMLINK: u32 = 1 << 27;
 
@@ -379,6 +383,7 @@ impl Runtime for Docker {
             memory: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),
             pids_limit: Some(spec.pids),
+            ulimits: info.rlimits(),
             network_mode: Some(match (&spec.egress, spec.network) {
                 (Some(egress), _) => egress.network.clone(),
                 // Rootless Podman's "bridge" needs its rootless network
@@ -536,12 +541,21 @@ impl Runtime for Docker {
             logs: false,
             detach_keys: None,
         };
-        let attached = self
-            .api()
-            .await?
-            .attach_container(container, Some(options))
-            .await
-            .map_err(|e| Error::docker(format!("attaching to {container}"), e))?;
+        let api = self.api().await?;
+        // Podman's `stop` returns while its cleanup still holds the container
+        // ("stopped", not yet "exited"), in which state it refuses an attach
+        // with 500 "container state improper"; Docker's stop returns once the
+        // container has exited. Wait for Podman's cleanup (seconds at most).
+        let mut tries = 0;
+        let attached = loop {
+            match api.attach_container(container, Some(options.clone())).await {
+                Err(e) if crate::error::is_not_running(&e) && !is_docker_conflict(&e) && tries < ATTACH_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                attached => break attached.map_err(|e| Error::docker(format!("attaching to {container}"), e))?,
+            }
+        };
         // An error ends the output like an exit: the caller then asks the engine.
         let output = attached
             .output
