@@ -215,6 +215,31 @@ mod tests {
     }
 
     #[test]
+    fn only_rootful_podman_is_given_limits_and_they_are_the_users_own() {
+        use nix::sys::resource::{getrlimit, Resource};
+        let info = |podman, rootless| EngineInfo {
+            host: PODMAN_ROOTFUL.into(),
+            podman,
+            rootless,
+            version: "4.3.1".into(),
+            socket_owner: Some(0),
+        };
+        assert_eq!(info(false, false).rlimits(), None, "Docker");
+        assert_eq!(info(true, true).rlimits(), None, "rootless Podman");
+        let limits = info(true, false).rlimits().expect("rootful Podman");
+        let of = |name: &str| limits.iter().find(|l| l.name.as_deref() == Some(name)).unwrap().clone();
+        let (nofile, nproc) = (of("nofile"), of("nproc"));
+        let own = |r| i64::try_from(getrlimit(r).unwrap().1.min(ROOTFUL_PODMAN_RLIMIT)).unwrap();
+        assert_eq!(
+            (nofile.soft, nofile.hard),
+            (Some(own(Resource::RLIMIT_NOFILE)), Some(own(Resource::RLIMIT_NOFILE)))
+        );
+        let pid_max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+        assert_eq!(nproc.hard, Some(own(Resource::RLIMIT_NPROC).min(pid_max)));
+        assert_eq!(nproc.soft, nproc.hard);
+    }
+
+    #[test]
     fn an_unknown_engine_name_is_refused_naming_it() {
         let e = EngineChoice::parse("lxc").unwrap_err();
         assert!(e.to_string().contains("FORAGE_ENGINE=\"lxc\"") && e.to_string().contains("`podman`"), "{e}");
