@@ -122,7 +122,8 @@ impl EngineInfo {
     /// they run with and need nothing. For rootful Podman forage asks for the
     /// invoking user's hard limits, which a local service started the usual
     /// way also has; the process limit at most `pid_max`, since no more
-    /// processes can exist (Podman lowers its own to that).
+    /// processes can exist (and a rootful Podman 4.3 service was seen running
+    /// with exactly that as its own limit, lower than its parent's).
     pub fn rlimits(&self) -> Option<Vec<bollard::models::ResourcesUlimits>> {
         use nix::sys::resource::{getrlimit, Resource};
         if !self.podman || self.rootless {
