@@ -23,6 +23,36 @@ use crate::error::{is_docker_conflict, is_docker_not_found, Error, Result};
 use crate::names::{LABEL_HOME, LABEL_SANDBOX};
 use crate::progress::Progress;
 
+/// How many times (every 100 ms) an attach or inspect that meets Podman still
+/// cleaning up after a stop is tried again: 30 seconds, for a loaded machine.
+const ATTACH_TRIES: u32 = 300;
+
+/// Podman's answers to an attach while its cleanup after a stop still holds
+/// the container (Docker answers neither).
+fn podman_cleaning_up(err: &bollard::errors::Error) -> bool {
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+        if message.contains("container state improper") || message.contains("container's attach socket"))
+}
+
+/// `inspect_container`, waiting out Podman's "stopped" state (between a stop
+/// or an exit and Podman's cleanup, a moment), which the Docker API has no
+/// name for and the client cannot read ("unknown variant `stopped`").
+async fn inspect_settled(
+    api: &bollard::Docker,
+    name: &str,
+) -> std::result::Result<bollard::models::ContainerInspectResponse, bollard::errors::Error> {
+    let mut tries = 0;
+    loop {
+        match api.inspect_container(name, None::<InspectContainerOptions>).await {
+            Err(e) if e.to_string().contains("unknown variant `stopped`") && tries < ATTACH_TRIES => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// Go's `os.ModeSymlink`, in the modes the engine's path stat reports.
 const GO_MODE_SYMLINK: u32 = 1 << 27;
 
@@ -145,7 +175,7 @@ impl Docker {
     /// Waits (up to a minute) until the engine no longer knows container `name`.
     async fn wait_until_gone(&self, name: &str) -> Result<()> {
         for _ in 0..600 {
-            match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
+            match inspect_settled(&self.api().await?, name).await {
                 Err(e) if is_docker_not_found(&e) => return Ok(()),
                 Err(e) => return Err(Error::docker(format!("waiting for container {name} to be removed"), e)),
                 Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
@@ -420,6 +450,7 @@ impl Runtime for Docker {
             memory: Some(spec.memory_bytes),
             nano_cpus: Some(spec.nano_cpus),
             pids_limit: Some(spec.pids),
+            ulimits: info.rlimits(),
             network_mode: Some(match (&spec.egress, spec.network) {
                 (Some(egress), _) => egress.network.clone(),
                 // Rootless Podman's "bridge" needs its rootless network
@@ -506,7 +537,7 @@ impl Runtime for Docker {
     }
 
     async fn inspect(&self, name: &str) -> Result<Option<ContainerDetails>> {
-        let c = match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
+        let c = match inspect_settled(&self.api().await?, name).await {
             Ok(c) => c,
             Err(e) if is_docker_not_found(&e) => return Ok(None),
             Err(e) => return Err(Error::docker(format!("inspecting container {name}"), e)),
@@ -579,12 +610,22 @@ impl Runtime for Docker {
             logs: false,
             detach_keys: None,
         };
-        let attached = self
-            .api()
-            .await?
-            .attach_container(container, Some(options))
-            .await
-            .map_err(|e| Error::docker(format!("attaching to {container}"), e))?;
+        let api = self.api().await?;
+        // Podman's `stop` returns while its cleanup still holds the container
+        // ("stopped", not yet "exited"), in which state it refuses an attach
+        // with 500 "container state improper", or fails it ("failed to connect
+        // to container's attach socket"); Docker's stop returns once the
+        // container has exited. Wait for Podman's cleanup (seconds at most).
+        let mut tries = 0;
+        let attached = loop {
+            match api.attach_container(container, Some(options.clone())).await {
+                Err(e) if podman_cleaning_up(&e) && tries < ATTACH_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                attached => break attached.map_err(|e| Error::docker(format!("attaching to {container}"), e))?,
+            }
+        };
         // An error ends the output like an exit: the caller then asks the engine.
         let output = attached
             .output
@@ -750,6 +791,22 @@ fn no_ipv6() -> HashMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_podmans_answers_during_its_cleanup_are_waited_out() {
+        let e = |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.into(),
+        };
+        assert!(podman_cleaning_up(&e(
+            500,
+            "can only attach to created or running containers: container state improper"
+        )));
+        assert!(podman_cleaning_up(&e(500, "failed to connect to container's attach socket: /x/attach: no such file")));
+        assert!(!podman_cleaning_up(&e(409, "container is not running")), "Docker's refusal is final");
+        assert!(!podman_cleaning_up(&e(500, "no space left on device")));
+        assert!(!podman_cleaning_up(&e(404, "no such container")));
+    }
 
     #[test]
     fn the_exit_code_is_read_from_the_status_text() {

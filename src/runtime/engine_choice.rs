@@ -18,6 +18,10 @@ use super::unreachable::DEFAULT_HOST;
 /// The rootful Podman service's socket (`podman.socket` as root).
 pub const PODMAN_ROOTFUL: &str = "unix:///run/podman/podman.sock";
 
+/// What rootful Podman sets a container's open-file and process limits to
+/// when not told: the most forage ever asks for in their place.
+const ROOTFUL_PODMAN_RLIMIT: u64 = 1 << 20;
+
 /// An engine kind the user may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineChoice {
@@ -109,6 +113,34 @@ impl EngineInfo {
         }
     }
 
+    /// The open-file and process limits to ask the engine for, when its own
+    /// choice would fail. Rootful Podman (4.3) raises both to 1048576 in every
+    /// container unless told otherwise, which fails at start ("error setting
+    /// rlimit type 7: operation not permitted") wherever root may not raise a
+    /// hard limit (no CAP_SYS_RESOURCE: a host that is itself a container or a
+    /// confined VM). Docker and rootless Podman hand the container the limits
+    /// they run with and need nothing. For rootful Podman forage asks for the
+    /// invoking user's hard limits, which a local service started the usual
+    /// way also has; the process limit at most `pid_max`, since no more
+    /// processes can exist (and a rootful Podman 4.3 service was seen running
+    /// with exactly that as its own limit, lower than its parent's).
+    pub fn rlimits(&self) -> Option<Vec<bollard::models::ResourcesUlimits>> {
+        use nix::sys::resource::{getrlimit, Resource};
+        if !self.podman || self.rootless {
+            return None;
+        }
+        let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok());
+        let limit = |name: &str, resource, cap: u64| {
+            let hard = getrlimit(resource).map_or(cap, |(_, hard)| hard.min(cap));
+            let hard = i64::try_from(hard).unwrap_or(i64::MAX);
+            bollard::models::ResourcesUlimits { name: Some(name.to_owned()), soft: Some(hard), hard: Some(hard) }
+        };
+        Some(vec![
+            limit("nofile", Resource::RLIMIT_NOFILE, ROOTFUL_PODMAN_RLIMIT),
+            limit("nproc", Resource::RLIMIT_NPROC, pid_max.unwrap_or(ROOTFUL_PODMAN_RLIMIT).min(ROOTFUL_PODMAN_RLIMIT)),
+        ])
+    }
+
     /// `Docker 28.2.2 at unix:///var/run/docker.sock`, `Podman 4.3.1 (rootless) at …`.
     pub fn describe(&self) -> String {
         let kind = if self.podman { "Podman" } else { "Docker" };
@@ -181,6 +213,31 @@ mod tests {
         assert_eq!(e.exit_code(), 5);
         assert!(info(true, 7).check_identity(7).is_ok());
         assert!(info(false, 0).check_identity(1000).is_ok(), "rootful Podman maps no uid");
+    }
+
+    #[test]
+    fn only_rootful_podman_is_given_limits_and_they_are_the_users_own() {
+        use nix::sys::resource::{getrlimit, Resource};
+        let info = |podman, rootless| EngineInfo {
+            host: PODMAN_ROOTFUL.into(),
+            podman,
+            rootless,
+            version: "4.3.1".into(),
+            socket_owner: Some(0),
+        };
+        assert_eq!(info(false, false).rlimits(), None, "Docker");
+        assert_eq!(info(true, true).rlimits(), None, "rootless Podman");
+        let limits = info(true, false).rlimits().expect("rootful Podman");
+        let of = |name: &str| limits.iter().find(|l| l.name.as_deref() == Some(name)).unwrap().clone();
+        let (nofile, nproc) = (of("nofile"), of("nproc"));
+        let own = |r| i64::try_from(getrlimit(r).unwrap().1.min(ROOTFUL_PODMAN_RLIMIT)).unwrap();
+        assert_eq!(
+            (nofile.soft, nofile.hard),
+            (Some(own(Resource::RLIMIT_NOFILE)), Some(own(Resource::RLIMIT_NOFILE)))
+        );
+        let pid_max: i64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+        assert_eq!(nproc.hard, Some(own(Resource::RLIMIT_NPROC).min(pid_max)));
+        assert_eq!(nproc.soft, nproc.hard);
     }
 
     #[test]

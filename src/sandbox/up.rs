@@ -278,8 +278,12 @@ impl<R: Runtime> Engine<R> {
         let Some(output) = watch.ended_within(window).await else { return Ok(()) };
         match self.exit_code_once_ended(&record.container).await? {
             // An agent that finished its task with exit code 0 (a one-shot run) did fine.
-            Some(0) => Ok(()),
-            code => Err(Error::other(format!(
+            Some(Some(0)) => Ok(()),
+            // Its output ended, yet the engine still says it runs: the attach
+            // ended for the engine's own reasons (Podman's, as a container
+            // restarts), not the agent.
+            None => Ok(()),
+            Some(code) => Err(Error::other(format!(
                 "the agent of sandbox {} exited with code {} as it started; its last output:\n{}",
                 record.name,
                 code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into()),
@@ -289,9 +293,10 @@ impl<R: Runtime> Engine<R> {
         }
     }
 
-    /// The exit code of a container whose output has ended, once the engine's
-    /// state says so too (it lags: up to two seconds).
-    async fn exit_code_once_ended(&self, container: &str) -> Result<Option<i64>> {
+    /// The exit code (if the engine knows it) of a container whose output has
+    /// ended, once the engine's state says so too (it lags: up to two
+    /// seconds); `None` when the engine still says it runs after that.
+    async fn exit_code_once_ended(&self, container: &str) -> Result<Option<Option<i64>>> {
         let mut state = None;
         for _ in 0..40 {
             state = self.runtime.inspect(container).await?;
@@ -300,7 +305,10 @@ impl<R: Runtime> Engine<R> {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        Ok(state.and_then(|c| c.exit_code.filter(|_| c.state != ContainerState::Running)))
+        match state {
+            Some(c) if c.state == ContainerState::Running => Ok(None),
+            state => Ok(Some(state.and_then(|c| c.exit_code))),
+        }
     }
 
     /// Runs the template's init commands once per container, before the agent

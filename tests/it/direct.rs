@@ -58,7 +58,7 @@ fn the_container_has_the_security_defaults() {
         TestEngine::Docker => assert_eq!(cap_drop, ["ALL"]),
         // Podman reports `ALL` as the capabilities it dropped, one by one; the
         // bounding set read inside, below, shows that none is left.
-        TestEngine::PodmanRootless => {
+        TestEngine::PodmanRootless | TestEngine::PodmanRootful => {
             for cap in ["CHOWN", "DAC_OVERRIDE", "FOWNER", "NET_RAW", "SETUID", "SETGID", "SYS_CHROOT"] {
                 assert!(cap_drop.iter().any(|c| c.trim_start_matches("CAP_") == cap), "{cap} dropped: {cap_drop:?}");
             }
@@ -73,7 +73,9 @@ fn the_container_has_the_security_defaults() {
     let profile = security[1].strip_prefix("seccomp=").expect("a seccomp option");
     let profile = match test_engine() {
         TestEngine::Docker => profile.to_owned(),
-        TestEngine::PodmanRootless => std::fs::read_to_string(profile).expect("the profile file Podman was given"),
+        TestEngine::PodmanRootless | TestEngine::PodmanRootful => {
+            std::fs::read_to_string(profile).expect("the profile file Podman was given")
+        }
     };
     assert!(profile.starts_with('{') && profile.contains(r#""defaultAction":"SCMP_ACT_ERRNO""#), "{profile}");
     assert_eq!(hc.init, Some(true));
@@ -318,7 +320,7 @@ fn files_the_agent_writes_belong_to_the_invoking_user_on_this_engine() {
     let log = String::from_utf8_lossy(&out.stderr);
     let expected = match test_engine() {
         TestEngine::Docker => "engine: Docker ",
-        TestEngine::PodmanRootless => "engine: Podman ",
+        TestEngine::PodmanRootless | TestEngine::PodmanRootful => "engine: Podman ",
     };
     assert!(log.contains(expected), "expected {expected:?} in: {log}");
     assert_eq!(test_engine() == TestEngine::PodmanRootless, log.contains("(rootless)"), "{log}");
@@ -326,6 +328,7 @@ fn files_the_agent_writes_belong_to_the_invoking_user_on_this_engine() {
     let (kind, rootless) = match test_engine() {
         TestEngine::Docker => ("docker", false),
         TestEngine::PodmanRootless => ("podman", true),
+        TestEngine::PodmanRootful => ("podman", false),
     };
     assert_eq!((engine["kind"].as_str(), engine["rootless"].as_bool()), (Some(kind), Some(rootless)), "{engine}");
 

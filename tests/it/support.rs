@@ -40,18 +40,21 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 /// The engine the whole run is aimed at, from `FORAGE_TEST_ENGINE`: unset or
 /// `docker` is Docker (DOCKER_HOST or the default socket); `podman-rootless`
 /// is the rootless Podman service of the user running the tests, at
-/// `$XDG_RUNTIME_DIR/podman/podman.sock` (run the test binary as that user).
+/// `$XDG_RUNTIME_DIR/podman/podman.sock` (run the test binary as that user);
+/// `podman-rootful` is root's Podman service at `/run/podman/podman.sock`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestEngine {
     Docker,
     PodmanRootless,
+    PodmanRootful,
 }
 
 pub fn test_engine() -> TestEngine {
     match std::env::var("FORAGE_TEST_ENGINE").as_deref() {
         Err(_) | Ok("" | "docker") => TestEngine::Docker,
         Ok("podman-rootless") => TestEngine::PodmanRootless,
-        Ok(other) => panic!("FORAGE_TEST_ENGINE={other:?}: use `docker` or `podman-rootless`"),
+        Ok("podman-rootful") => TestEngine::PodmanRootful,
+        Ok(other) => panic!("FORAGE_TEST_ENGINE={other:?}: use `docker`, `podman-rootless` or `podman-rootful`"),
     }
 }
 
@@ -65,6 +68,7 @@ pub fn test_engine_host() -> Option<String> {
                 std::env::var("XDG_RUNTIME_DIR").expect("FORAGE_TEST_ENGINE=podman-rootless needs XDG_RUNTIME_DIR");
             Some(format!("unix://{dir}/podman/podman.sock"))
         }
+        TestEngine::PodmanRootful => Some("unix:///run/podman/podman.sock".to_owned()),
     }
 }
 
