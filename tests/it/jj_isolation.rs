@@ -88,12 +88,16 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
             n=0; for o in {objects}/*; do if err=$( (echo x > $o/x) 2>&1 ); then echo WROTE objects; else case "$err" in *Read-only*) n=$((n+1));; esac; fi; done; [ $n -gt 0 ] && echo 'ok: tried the objects, read-only'
             # Redirect the store to a host directory, and plant symlinks to it.
             cp .jj/repo/store/git_target .jj/git_target.saved && echo 'ok: saved git_target'
-            ln -s {victim} .jj/repo/store/git/objects/ab && [ "$(readlink .jj/repo/store/git/objects/ab)" = {victim} ] && echo 'ok: symlink'
             # Rewrite the user's commits the agent can see, move their bookmarks.
             jj describe 'main@host' --ignore-immutable -m 'rewritten by the agent' && [ "$(jj log --no-graph -r 'description(exact:"rewritten by the agent\n")' -T change_id)" = {main_change} ] && echo 'ok: rewrote main'
             jj bookmark set main -r @ --allow-backwards && [ "$(jj log --no-graph -r main -T commit_id)" = "$(jj log --no-graph -r @ -T commit_id)" ] && echo 'ok: moved main'
             jj edit {user_wc} || echo 'ok: tried to edit the users working copy'
             echo work > work.txt && jj describe -m 'agent work' && jj new && [ "$(jj log --no-graph -r @- -T description)" = 'agent work' ] && echo 'ok: agent work'
+            # A symlink to the host directory as a fan-out directory of the
+            # objects: one no object uses yet, planted after the agent's own
+            # writes (a commit of its own landing behind it would fail them).
+            p=$(for a in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do for b in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do [ -e .jj/repo/store/git/objects/$a$b ] || {{ echo $a$b; exit; }}; done; done)
+            ln -s {victim} .jj/repo/store/git/objects/$p && [ "$(readlink .jj/repo/store/git/objects/$p)" = {victim} ] && echo 'ok: symlink'
             printf '{victim}' > .jj/repo/store/git_target && [ "$(cat .jj/repo/store/git_target)" = {victim} ] && echo 'ok: git_target'"#,
             dir = env.dir.path().display(),
             evil = evil.display(),
@@ -108,11 +112,11 @@ diff-formatter = ['sh', '-c', 'touch {marker}']"
             "config at the users path",
             "tried the objects, read-only",
             "saved git_target",
-            "symlink",
             "rewrote main",
             "moved main",
             "tried to edit the users working copy",
             "agent work",
+            "symlink",
             "git_target",
         ];
         let out = attack(&env, &name, &script, &steps);
