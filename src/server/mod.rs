@@ -105,11 +105,11 @@ impl Server {
             return reply(StatusCode::METHOD_NOT_ALLOWED, &problem("method-not-allowed", &text));
         }
         let op = op.to_owned();
-        let args = match read_arguments(request.into_body()).await {
+        let mut args = match read_arguments(request.into_body()).await {
             Ok(args) => args,
             Err((status, body)) => return reply(status, &body),
         };
-        if let Err(body) = self.check_roots(&op, &args) {
+        if let Err(body) = self.check_roots(&op, &mut args) {
             return reply(StatusCode::FORBIDDEN, &body);
         }
         if streams {
@@ -168,7 +168,9 @@ impl Server {
     }
 
     /// The workspace (or repository) a request names must lie under a root.
-    fn check_roots(&self, op: &str, args: &Value) -> Result<(), Value> {
+    /// The path is replaced by the canonical one it was checked as, so that a
+    /// symlink swapped after the check cannot lead the operation elsewhere.
+    fn check_roots(&self, op: &str, args: &mut Value) -> Result<(), Value> {
         let field = match op {
             "create" => "workspace",
             "job" => "repo",
@@ -182,6 +184,7 @@ impl Server {
             return Err(problem("outside-roots", &text));
         };
         if self.config.roots.iter().any(|root| canonical.starts_with(root)) {
+            args[field] = Value::String(canonical.display().to_string());
             return Ok(());
         }
         let roots: Vec<String> = self.config.roots.iter().map(|r| r.display().to_string()).collect();

@@ -140,6 +140,11 @@ fn bad_requests_are_refused_and_change_nothing() {
     let (status, err) = served.post("create", &json!({ "name": name, "workspace": "/etc" }));
     assert_eq!((status, err["code"].as_str()), (403, Some("outside-roots")), "{err}");
     assert!(err["message"].as_str().unwrap().contains("--root"), "{err}");
+    // A symlink under the root to a directory outside it: judged by where it leads.
+    let link = env.path("to-etc");
+    std::os::unix::fs::symlink("/etc", &link).unwrap();
+    let (status, err) = served.post("create", &json!({ "name": name, "workspace": link }));
+    assert_eq!((status, err["code"].as_str()), (403, Some("outside-roots")), "{err}");
     let (status, err) = served.post("create", &json!({ "name": name, "workspace": repo, "bogus": 1 }));
     assert_eq!(status, 400, "{err}");
     assert!(err["message"].as_str().unwrap().contains("bogus"), "{err}");
