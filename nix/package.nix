@@ -8,6 +8,7 @@
   rustPlatform,
   pkg-config,
   zlib,
+  openssl,
   glibc,
   jujutsu,
   installShellFiles,
@@ -46,8 +47,9 @@ rustPlatform.buildRustPackage {
 
   cargoLock.lockFile = ../Cargo.lock;
 
-  # git2 is used with default-features = false (no https, no ssh, so no openssl or
-  # libssh2). libgit2-sys then compiles the libgit2 sources bundled in the crate
+  # git2 is used with only its `https` feature (jobs fetch https:// sources; no ssh,
+  # so no libssh2): openssl-sys links the system OpenSSL found through pkg-config,
+  # hence openssl in buildInputs. libgit2-sys then compiles the libgit2 sources bundled in the crate
   # with the `cc` crate (the stdenv's C compiler; no cmake). It would take a system
   # libgit2 found through pkg-config instead, but only one in the 1.9.7..1.10 range
   # its version pins, so libgit2 is deliberately not in buildInputs: the bundled
@@ -58,7 +60,10 @@ rustPlatform.buildRustPackage {
     installShellFiles
     makeBinaryWrapper
   ];
-  buildInputs = [ zlib ];
+  buildInputs = [
+    zlib
+    openssl
+  ];
 
   # The integration tests (tests/it) drive the real Docker engine and the real git
   # and jj; the build sandbox has neither a Docker daemon nor network, and they fail

@@ -113,7 +113,8 @@ pub struct UpArgs {
     /// .devcontainer/devcontainer.json): run the template's image as it is.
     #[arg(long)]
     pub no_project_toolchain: bool,
-    /// With --repo: run a job. The repository (a path or file:// URL) is
+    /// With --repo: run a job. The repository (a path, or a file://, https://,
+    /// http:// or git:// URL) is
     /// fetched into forage's own mirror, the sandbox made from the mirror on
     /// branch forage-NAME, and the job's context (task, status, times,
     /// result) kept in FORAGE_HOME/jobs/NAME after the sandbox goes.
@@ -146,6 +147,12 @@ impl UpArgs {
             (Some(p), ..) => WorkspaceSpec::Direct(p),
             (None, Some(r), ..) => WorkspaceSpec::GitWorktree(r),
             (None, None, Some(r), _) => WorkspaceSpec::Jj(r),
+            (None, None, None, Some(r)) if !self.job && r.to_str().is_some_and(crate::jobs::mirror::is_network_url) => {
+                return Err(Error::usage(format!(
+                    "--repo {}: a URL is fetched into forage's mirror only for a job; add --job, or pass a checkout's path",
+                    crate::jobs::mirror::redacted(&r.to_string_lossy())
+                )))
+            }
             (None, None, None, Some(r)) => WorkspaceSpec::Repo(r),
             (None, None, None, None) => {
                 return Err(Error::usage(

@@ -153,7 +153,8 @@ pub fn beyond(home: &Home, keep: usize) -> Result<Vec<PathBuf>> {
     Ok(finished.iter().take(old).map(|j| jobs_dir(home).join(&j.name)).collect())
 }
 
-/// The job `spec` asks for: `source` is a path or file:// URL.
+/// The job `spec` asks for: `source` is a path, a file:// URL or a network
+/// URL (https://, http://, git://).
 pub struct JobSpec {
     pub up: UpSpec,
     pub source: String,
@@ -224,8 +225,11 @@ impl<R: Runtime> Engine<R> {
         {
             let _lock = self.lock_repo(dir).await?;
             self.progress.step(&format!("fetching {url} into forage's mirror"));
-            let (dir, url) = (dir.to_path_buf(), url.to_owned());
-            crate::sandbox::blocking(move || mirror::update(&dir, &url)).await?;
+            let (dir, url, cancel) = (dir.to_path_buf(), url.to_owned(), self.cancel.clone());
+            let fetched = crate::sandbox::blocking(move || mirror::update(&dir, &url, &|| cancel.is_triggered())).await;
+            // A fetch stopped for Ctrl-C (or a client gone) fails as interrupted.
+            self.cancel.check()?;
+            fetched?;
         }
         up.workspace = WorkspaceSpec::GitWorktree(dir.to_path_buf());
         let request = self.prepare_up(up)?;

@@ -76,7 +76,7 @@ impl Cancel {
         self.0.load(Ordering::SeqCst)
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.0.load(Ordering::SeqCst) {
             Err(Error::other("interrupted"))
         } else {

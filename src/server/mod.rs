@@ -177,6 +177,11 @@ impl Server {
             _ => return Ok(()),
         };
         let Some(path) = args.get(field).and_then(Value::as_str) else { return Ok(()) };
+        // A job's repository fetched over the network names no path of this
+        // machine: nothing to keep it under (the job checks the URL itself).
+        if op == "job" && crate::jobs::mirror::is_network_url(path) {
+            return Ok(());
+        }
         // A job's repository may be given as a file:// URL.
         let path = Path::new(path.strip_prefix("file://").unwrap_or(path));
         let Ok(canonical) = path.canonicalize() else {

@@ -324,7 +324,8 @@ pub struct ArchivesRequest {
 pub struct JobRequest {
     /// The job's (and its sandbox's) name: lowercase letters, digits, '_', '.', '-'.
     pub name: String,
-    /// The repository: an absolute path or a file:// URL on this machine.
+    /// The repository: an absolute path or a file:// URL on this machine, or
+    /// an https://, http:// or git:// URL (public; no credentials in it).
     pub repo: String,
     /// The template to run (default: shell).
     #[serde(default)]
@@ -353,9 +354,10 @@ pub struct JobRequest {
 impl JobRequest {
     /// The `up` of the job's sandbox (its workspace is the mirror, set once fetched).
     pub fn into_spec(self) -> Result<(UpSpec, String, bool)> {
-        if !self.repo.starts_with("file://") && !std::path::Path::new(&self.repo).is_absolute() {
+        let local = self.repo.starts_with("file://") || std::path::Path::new(&self.repo).is_absolute();
+        if !local && !crate::jobs::mirror::is_network_url(&self.repo) {
             return Err(Error::usage(format!(
-                "repo {:?} is neither an absolute path nor a file:// URL: give the repository's absolute path",
+                "repo {:?} is neither an absolute path nor a file://, https://, http:// or git:// URL: give the repository's absolute path or URL",
                 self.repo
             )));
         }

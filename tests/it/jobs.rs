@@ -103,7 +103,7 @@ fn a_fetch_failure_fails_the_job_clearly_and_keeps_the_mirror() {
     // Refused for what was asked: nothing made, not even the mirror.
     let r = repo.to_str().unwrap();
     env.fails(&["up", &a, "--repo", r, "--job", "-t", "no-such-template"], 3);
-    env.fails(&["up", &a, "--repo", "https://example.com/app.git", "--job"], 2);
+    env.fails(&["up", &a, "--repo", "ssh://example.com/app.git", "--job"], 2);
     env.fails(&["up", &a, "--repo", r, "--job", "-t", "job", "--task", "t", "--env", "=x"], 2);
     env.assert_nothing_left();
     let out = up_job(&env, &a, repo.to_str().unwrap(), &["--cleanup"]);
@@ -200,4 +200,127 @@ fn concurrent_jobs_on_a_new_source_clone_it_once_and_all_succeed() {
         assert_eq!(&git(&mirror[0], &["show", &format!("forage-{name}:job.txt")]), name);
     }
     assert_eq!(env.containers(), Vec::<String>::new());
+}
+
+/// A server this test starts, killed when the test ends.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// git's smart HTTP over HTTPS on 127.0.0.1 (tests/it/fixtures/git_http_server.py),
+/// serving the bare repositories under `root` with a certificate of its own:
+/// the server, its port, and the certificate (the only root that trusts it).
+fn https_git_server(env: &Env, root: &Path) -> (Server, u16, PathBuf) {
+    let dir = env.mkdir("https");
+    let (cert, key, port_file) = (dir.join("cert.pem"), dir.join("key.pem"), dir.join("port"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .args([&key, Path::new("-out"), &cert])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", describe(&made));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/fixtures/git_http_server.py");
+    let child = std::process::Command::new("python3")
+        .args([script.as_path(), root, &cert, &key, &port_file])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    assert!(eventually(30, || port_file.exists()), "the HTTPS git server did not start");
+    let port = std::fs::read_to_string(&port_file).unwrap().parse().unwrap();
+    (server, port, cert)
+}
+
+/// `git daemon` serving the bare repositories under `root` on 127.0.0.1.
+fn git_daemon(root: &Path) -> (Server, u16) {
+    // A port free a moment ago; the daemon's --reuseaddr takes it at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // git-daemon itself, not `git daemon`, which would run it as a child that
+    // outlives the kill below.
+    let exec_path = std::process::Command::new("git").arg("--exec-path").output().unwrap();
+    let exec_path = PathBuf::from(String::from_utf8(exec_path.stdout).unwrap().trim());
+    let child = std::process::Command::new(exec_path.join("git-daemon"))
+        .args(["--listen=127.0.0.1", &format!("--port={port}"), "--export-all", "--reuseaddr"])
+        .arg(format!("--base-path={}", root.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Server(child);
+    assert!(eventually(30, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()), "git daemon did not start");
+    (server, port)
+}
+
+#[test]
+fn jobs_fetch_repositories_over_https_and_git_urls() {
+    let (env, repo) = world();
+    let served = env.mkdir("served");
+    git(&served, &["clone", "-q", "--bare", repo.to_str().unwrap(), "app.git"]);
+    let source_head = git(&repo, &["rev-parse", "HEAD"]);
+    let (_https, port, cert) = https_git_server(&env, &served);
+    let url = format!("https://127.0.0.1:{port}/app.git");
+    let (a, b, c) = (env.unique("job-https"), env.unique("job-untrusted"), env.unique("job-git"));
+
+    // Trusted through SSL_CERT_FILE, as the system's roots would be: the job runs.
+    let mut up =
+        env.cmd(&["up", &a, "--repo", &url, "--job", "-t", "job", "--task", "over https", "--cleanup", "--json"]);
+    let out = up.env("SSL_CERT_FILE", &cert).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((done["status"].as_str(), done["source"].as_str()), (Some("done"), Some(url.as_str())), "{done}");
+    let mirror = mirrors(&env);
+    assert_eq!(mirror.len(), 1, "{mirror:?}");
+    let refs = |m: &Path| git(m, &["for-each-ref", "--format=%(refname) %(objectname)"]);
+    assert_eq!(git(&mirror[0], &["rev-parse", "main"]), source_head);
+    let kept = refs(&mirror[0]);
+
+    // A certificate nothing trusts: the fetch fails, saying so, the mirror as it was.
+    let out = up_job(&env, &b, &url, &[]);
+    assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&url) && err.contains("certificate") && err.contains("SSL_CERT_FILE"), "{err}");
+    assert_eq!(refs(&mirror[0]), kept);
+    assert_eq!(job(&env.json(&["jobs", "--json"]), &b)["status"], "failed");
+
+    // git:// (git daemon): a mirror of its own, the job done.
+    let (_daemon, port) = git_daemon(&served);
+    let git_url = format!("git://127.0.0.1:{port}/app.git");
+    let out = up_job(&env, &c, &git_url, &["--cleanup", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["result"]["commits"][0]["summary"], "job work", "{done}");
+    assert_eq!(mirrors(&env).len(), 2);
+    assert_eq!(env.containers(), Vec::<String>::new());
+}
+
+#[test]
+fn a_url_with_credentials_or_an_unknown_scheme_is_refused_and_never_written() {
+    let env = Env::new();
+    let name = env.unique("job-cred");
+    for (url, secret) in [
+        ("https://me:s3cr3t-token@example.com/app.git", "s3cr3t-token"),
+        ("https://ghp_s3cr3tTOKEN@example.com/app.git", "ghp_s3cr3tTOKEN"),
+    ] {
+        let err = env.fails(&["up", &name, "--repo", url, "--job"], 2);
+        assert!(err.contains("credentials") && err.contains("***@example.com"), "{err}");
+        assert!(!err.contains(secret), "the secret was printed: {err}");
+    }
+    for url in ["ssh://git@example.com/app.git", "git@example.com:app.git", "ftp://example.com/app.git"] {
+        let err = env.fails(&["up", &name, "--repo", url, "--job"], 2);
+        assert!(err.contains("https://") && err.contains("clone it yourself"), "{err}");
+    }
+    let err = env.fails(&["up", &name, "--repo", "https:///app.git", "--job"], 2);
+    assert!(err.contains("needs a host"), "{err}");
+    // Without --job a URL is no checkout: said so, the token still unprinted.
+    let err = env.fails(&["up", &name, "--repo", "https://ghp_s3cr3tTOKEN@example.com/app.git"], 2);
+    assert!(err.contains("add --job") && !err.contains("s3cr3t"), "{err}");
+    env.assert_nothing_left();
+    assert!(!env.home.join("mirrors").exists() && !env.home.join("jobs").join(&name).exists());
 }
