@@ -203,7 +203,7 @@ impl Server {
         let answered = match streamed {
             Streamed::Logs => match arguments(args) {
                 Ok(request) => stream::logs(&self.engine, request),
-                Err(refused) => return refused,
+                Err((status, body)) => return reply(status, &body),
             },
             Streamed::Exec | Streamed::Wait => {
                 let Some((engine, cancel_if_dropped, in_flight)) = self.begin() else { return stopping() };
@@ -211,12 +211,12 @@ impl Server {
                 if streamed == Streamed::Exec {
                     match arguments(args) {
                         Ok(request) => live::exec(engine, request, held).await,
-                        Err(refused) => return refused,
+                        Err((status, body)) => return reply(status, &body),
                     }
                 } else {
                     match arguments(args) {
                         Ok(request) => live::wait(engine, request, held),
-                        Err(refused) => return refused,
+                        Err((status, body)) => return reply(status, &body),
                     }
                 }
             }
@@ -262,13 +262,11 @@ impl Server {
     }
 }
 
-/// The request struct of a streaming endpoint, or the answer refusing it.
-fn arguments<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, Response<Body>> {
+/// The request struct of a streaming endpoint, or the status and error refusing it.
+fn arguments<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, (StatusCode, Value)> {
     crate::service::call::arguments(args).map_err(|e| match e {
-        CallError::BadArguments(text) | CallError::Unknown(text) => {
-            reply(StatusCode::BAD_REQUEST, &problem("usage", &text))
-        }
-        CallError::Failed(e) => reply(status_of(e.kind()), &crate::service::error_json(&e)),
+        CallError::BadArguments(text) | CallError::Unknown(text) => (StatusCode::BAD_REQUEST, problem("usage", &text)),
+        CallError::Failed(e) => (status_of(e.kind()), crate::service::error_json(&e)),
     })
 }
 
