@@ -4,7 +4,9 @@
 //! (the same as the MCP tool's), answered with its JSON result; errors carry
 //! forage's stable `code`, the CLI's `exit_code`, the message and hints, with
 //! an HTTP status that follows the exit code. `GET /v1/openapi.json` is the
-//! OpenAPI document (`openapi`), generated from the request types.
+//! OpenAPI document (`openapi`), generated from the request types. `logs`,
+//! `exec/stream` and `wait/stream` answer with server-sent events (`stream`,
+//! `live`).
 //!
 //! Who may call: a unix socket (default), mode 0600 in a directory of the
 //! user's own, so only the user; or a loopback TCP port, where every request
