@@ -127,31 +127,87 @@ def network_section(results, built):
     ]
 
 
-def write_network(a):
-    """Puts the egress-proxy section in OUT, in place of the one there, else
-    before the machine's."""
-    with open(a.out) as f:
+SERVICE_HEADING = "## forage as a service"
+
+
+def service_section(results, built):
+    """The service section, from benches/service.py's results."""
+    r = load(results, "service")
+    c, j, m, s = r["create"], r["jobs"], r["memory"], r["settings"]
+    ms = lambda t: statistics.median(t) * 1000
+    cli = ms(c["cli"])
+    met = lambda ok: "yes" if ok else "**no**"
+    ratio = lambda side: ms(c[side]) / cli
+    jobs_http, jobs_cli = statistics.median(j["http"]), statistics.median(j["cli"])
+    mib = lambda kib: kib / 1024
+    n = m["sandboxes"]
+    return [
+        f"{SERVICE_HEADING} (`benches/service.sh`)",
+        "",
+        "The time from request to a running sandbox through a long-lived `forage-ctl mcp`",
+        "(a minimal JSON-RPC client in Python over its stdio, `tools/call create`) and a",
+        "long-lived `forage-ctl serve` (`POST /v1/create` over its unix socket, a new",
+        "connection each) against the CLI's `up` (a new process each), on the same",
+        "50-file repository, image and template (`shell`, git-worktree); the three sides",
+        f"alternate, {s['runs']} runs each after a warm-up round. Then {s['jobs']} jobs at once",
+        f"through HTTP (`POST /v1/job`, a thread each, the total time) against {s['jobs']} CLI",
+        f"`up --repo … --job` one after another, {s['job_runs']} rounds alternating, on a mirror",
+        "made before (every job fetches it, none clones it). After every timed run the",
+        "side is checked, untimed, to have done the whole job (every container running;",
+        "its record, branch and worktree there; each job's context `running`), or the",
+        "benchmark stops. Medians.",
+        "",
+        "| what | service | CLI | ratio | goal | met |",
+        "|---|---:|---:|---:|---|---|",
+        f"| request to a running sandbox: HTTP `POST /v1/create` vs `forage-ctl up` | {ms(c['http']):.0f} ms | {cli:.0f} ms | {ratio('http'):.2f}× | ≤ 1.05× | {met(ratio('http') <= 1.05)} |",
+        f"| request to a running sandbox: MCP `tools/call create` vs `forage-ctl up` | {ms(c['mcp']):.0f} ms | {cli:.0f} ms | {ratio('mcp'):.2f}× | ≤ 1.05× | {met(ratio('mcp') <= 1.05)} |",
+        f"| {s['jobs']} jobs: at once through HTTP vs one after another with the CLI (total time) | {jobs_http:.1f} s | {jobs_cli:.1f} s | {jobs_http / jobs_cli:.2f}× | | |",
+        f"| RSS of a fresh `serve`: started / with {n} sandboxes ({min(10, n)} running), idle / after a `list` / peak | {mib(m['started']):.1f} / {mib(m['idle']):.1f} / {mib(m['after_list']):.1f} / {mib(m['peak']):.1f} MiB | | | | |",
+        "",
+        f"- measured at commit {built} (release build), load average {r.get('load', os.getloadavg()[0]):.1f} at the end",
+        "  (the machine below, shared: its other work adds noise to every side alike)",
+        "- The service sides skip what every CLI run pays before its work: starting a",
+        "  process, reading its configuration and connecting to the engine. The request",
+        "  itself runs the same code (`src/service/`), with the same locks and checks.",
+        "- The jobs row compares the service's parallelism with the CLI's one-by-one:",
+        "  the jobs fetch one mirror, one at a time (its lock), and then make their",
+        "  sandboxes in parallel; the machine's 2 cores and one engine bound the rest.",
+        "",
+    ]
+
+
+def write_section(out, heading, section):
+    """Puts `section` in OUT, in place of the one under `heading`, else before
+    the machine's."""
+    with open(out) as f:
         lines = f.read().split("\n")
-    section = network_section(a.results, a.built)
-    starts = [i for i, l in enumerate(lines) if l.startswith(NETWORK_HEADING)]
+    starts = [i for i, l in enumerate(lines) if l.startswith(heading)]
     if starts:
         end = next(i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith("## "))
         lines[starts[0]:end] = section
     else:
         machine = lines.index("## The machine")
         lines[machine:machine] = section
-    with open(a.out, "w") as f:
+    with open(out, "w") as f:
         f.write("\n".join(lines))
 
 
-def kept_network_section(out):
-    """The egress-proxy section of OUT as it is (benches/network.sh's), kept
-    when lifecycle.sh rewrites the rest."""
+def write_network(a):
+    write_section(a.out, NETWORK_HEADING, network_section(a.results, a.built))
+
+
+def write_service(a):
+    write_section(a.out, SERVICE_HEADING, service_section(a.results, a.built))
+
+
+def kept_section(out, heading):
+    """The section of OUT under `heading` as it is (benches/network.sh's,
+    benches/service.sh's), kept when lifecycle.sh rewrites the rest."""
     if not os.path.exists(out):
         return []
     with open(out) as f:
         lines = f.read().split("\n")
-    starts = [i for i, l in enumerate(lines) if l.startswith(NETWORK_HEADING)]
+    starts = [i for i, l in enumerate(lines) if l.startswith(heading)]
     if not starts:
         return []
     end = next((i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
@@ -163,6 +219,7 @@ def main():
     p.add_argument("results")
     p.add_argument("out")
     p.add_argument("--network", action="store_true", help="write only the egress-proxy section (benches/network.sh)")
+    p.add_argument("--service", action="store_true", help="write only the service section (benches/service.sh)")
     for flag in ["--runs", "--large-files", "--large-runs", "--parallel", "--list-running"]:
         p.add_argument(flag, type=int)
     p.add_argument("--built", required=True, help="the commit forage-ctl was built from, as lifecycle.sh saw it")
@@ -170,6 +227,8 @@ def main():
     a = p.parse_args()
     if a.network:
         return write_network(a)
+    if a.service:
+        return write_service(a)
 
     lists = sorted(
         int(f[len("list-"):-len(".json")])
@@ -237,7 +296,8 @@ def main():
         f"| peak RSS of `forage-ctl list` ({rss['sandboxes']} sandboxes) | {rss_list:.1f} MiB | `docker ps`: {rss['docker_ps'] / 1024:.1f} MiB | | ≤ 30 MiB | {'yes' if rss_list <= 30 else '**no**'} |",
         f"| peak RSS of `forage-ctl up` (git-worktree) | {rss_up:.1f} MiB | | | | |",
         "",
-        *kept_network_section(a.out),
+        *kept_section(a.out, NETWORK_HEADING),
+        *kept_section(a.out, SERVICE_HEADING),
         "## The machine",
         "",
         f"- {sh('nproc')} cores, {memory} GiB memory, {platform.system()} {platform.release()}",
@@ -251,6 +311,7 @@ def main():
         "benches/lifecycle.sh          # about 20 minutes; rewrites this file",
         "RUNS=5 LARGE_FILES=5000 LIST_SANDBOXES=100 benches/lifecycle.sh   # a quicker, smaller run",
         "benches/network.sh            # the egress proxy's section alone (about 10 minutes; debootstrap too for its server image)",
+        "benches/service.sh            # the service section alone (MCP, HTTP, jobs; about 15 minutes)",
         "```",
         "",
         "## Notes",

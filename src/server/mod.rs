@@ -4,7 +4,9 @@
 //! (the same as the MCP tool's), answered with its JSON result; errors carry
 //! forage's stable `code`, the CLI's `exit_code`, the message and hints, with
 //! an HTTP status that follows the exit code. `GET /v1/openapi.json` is the
-//! OpenAPI document (`openapi`), generated from the request types.
+//! OpenAPI document (`openapi`), generated from the request types. `logs`,
+//! `exec/stream` and `wait/stream` answer with server-sent events (`stream`,
+//! `live`).
 //!
 //! Who may call: a unix socket (default), mode 0600 in a directory of the
 //! user's own, so only the user; or a loopback TCP port, where every request
@@ -15,6 +17,7 @@
 //! and the server, when stopped, cancels those in flight and waits for them.
 
 pub mod listen;
+mod live;
 pub mod openapi;
 pub mod stream;
 
@@ -28,7 +31,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::RwLock;
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
+use tokio::task::JoinHandle;
 
 use crate::error::{Error, ErrorKind};
 use crate::progress::Silent;
@@ -62,12 +66,46 @@ pub struct Server {
     /// Set when the server stops: each request's `Cancel` follows it.
     shutdown: Cancel,
     /// Held shared by every request in flight; stopping takes it exclusively.
-    in_flight: RwLock<()>,
+    in_flight: Arc<RwLock<()>>,
+}
+
+/// The endpoints that answer with server-sent events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Streamed {
+    /// `POST /v1/logs` (`stream`).
+    Logs,
+    /// `POST /v1/exec/stream` (`live`).
+    Exec,
+    /// `POST /v1/wait/stream` (`live`).
+    Wait,
+}
+
+impl Streamed {
+    const ALL: [(&'static str, Streamed); 3] =
+        [("logs", Streamed::Logs), ("exec/stream", Streamed::Exec), ("wait/stream", Streamed::Wait)];
+
+    fn at(op: &str) -> Option<Streamed> {
+        Self::ALL.iter().find(|(name, _)| *name == op).map(|(_, s)| *s)
+    }
+}
+
+/// What a request holds until its work has ended, wherever that work runs:
+/// the server's in-flight lock (so that stopping waits for it), and the
+/// watcher that cancels the work when the server stops.
+pub struct InFlight {
+    _lock: OwnedRwLockReadGuard<()>,
+    watcher: JoinHandle<()>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 impl Server {
     pub fn new(engine: Engine<Docker>, config: Config) -> Arc<Server> {
-        Arc::new(Server { engine, config, shutdown: Cancel::default(), in_flight: RwLock::new(()) })
+        Arc::new(Server { engine, config, shutdown: Cancel::default(), in_flight: Arc::new(RwLock::new(())) })
     }
 
     pub fn config(&self) -> &Config {
@@ -93,13 +131,14 @@ impl Server {
         if path == "/v1/openapi.json" && request.method() == Method::GET {
             return reply(StatusCode::OK, &openapi::document());
         }
-        let streams = path == "/v1/logs";
-        let Some(op) = path.strip_prefix("/v1/").filter(|op| streams || OPERATIONS.iter().any(|o| o.name == *op))
-        else {
-            let known: Vec<&str> = OPERATIONS.iter().map(|o| o.name).collect();
+        let op = path.strip_prefix("/v1/").unwrap_or_default();
+        let streamed = Streamed::at(op);
+        if streamed.is_none() && !OPERATIONS.iter().any(|o| o.name == op) {
+            let known: Vec<&str> =
+                OPERATIONS.iter().map(|o| o.name).chain(Streamed::ALL.iter().map(|(name, _)| *name)).collect();
             let text = format!("no operation at {path}: forage's are POST /v1/{{{}}}", known.join(","));
             return reply(StatusCode::NOT_FOUND, &problem("unknown-operation", &text));
-        };
+        }
         if request.method() != Method::POST {
             let text = format!("{path} takes POST, with the arguments as a JSON object");
             return reply(StatusCode::METHOD_NOT_ALLOWED, &problem("method-not-allowed", &text));
@@ -112,30 +151,42 @@ impl Server {
         if let Err(body) = self.check_roots(&op, &mut args) {
             return reply(StatusCode::FORBIDDEN, &body);
         }
-        if streams {
-            return self.stream_logs(args);
+        match streamed {
+            Some(streamed) => self.stream(streamed, args).await,
+            None => self.run(op, args).await,
         }
-        self.run(op, args).await
     }
 
-    /// Runs `op` in a task of its own, cancelled if this future is dropped
-    /// (the client went away) or the server stops.
-    async fn run(self: Arc<Self>, op: String, args: Value) -> Response<Body> {
-        let Ok(in_flight) = self.in_flight.try_read() else {
-            return reply(StatusCode::SERVICE_UNAVAILABLE, &problem("stopping", "forage's server is stopping"));
-        };
+    /// The engine for one request, with its own `Cancel`: triggered when the
+    /// returned `CancelOnDrop` is dropped (the client went away) or the
+    /// server stops. None when the server is stopping.
+    fn begin(&self) -> Option<(Engine<Docker>, CancelOnDrop, InFlight)> {
+        let lock = self.in_flight.clone().try_read_owned().ok()?;
+        if self.shutdown.is_triggered() {
+            return None;
+        }
         let cancel = Cancel::default();
-        let _cancel_if_dropped = CancelOnDrop(cancel.clone());
-        let engine = Engine { cancel: cancel.clone(), progress: Arc::new(Silent), ..self.engine.clone() };
         let (shutdown, follow) = (self.shutdown.clone(), cancel.clone());
         let watcher = tokio::spawn(async move {
             shutdown.triggered().await;
             follow.trigger();
         });
-        let task = tokio::spawn(async move { call(&engine, &op, args).await });
+        let engine = Engine { cancel: cancel.clone(), progress: Arc::new(Silent), ..self.engine.clone() };
+        Some((engine, CancelOnDrop(cancel), InFlight { _lock: lock, watcher }))
+    }
+
+    /// Runs `op` in a task of its own, cancelled if this future is dropped
+    /// (the client went away) or the server stops.
+    async fn run(self: Arc<Self>, op: String, args: Value) -> Response<Body> {
+        let Some((engine, _cancel_if_dropped, in_flight)) = self.begin() else { return stopping() };
+        // The task, not this future, holds the in-flight lock: a client that
+        // went away cancels the work, and a stopping server still waits for
+        // its rollback.
+        let task = tokio::spawn(async move {
+            let _in_flight = in_flight;
+            call(&engine, &op, args).await
+        });
         let done = task.await;
-        watcher.abort();
-        drop(in_flight);
         match done {
             Ok(Ok(value)) => reply(StatusCode::OK, &value),
             Ok(Err(CallError::Failed(e))) => reply(status_of(e.kind()), &crate::service::error_json(&e)),
@@ -148,17 +199,31 @@ impl Server {
         }
     }
 
-    /// `POST /v1/logs`: the agent's output as events (`stream`).
-    fn stream_logs(&self, args: Value) -> Response<Body> {
-        let request = match crate::service::call::arguments::<stream::LogsRequest>(args) {
-            Ok(request) => request,
-            Err(CallError::BadArguments(text) | CallError::Unknown(text)) => {
-                return reply(StatusCode::BAD_REQUEST, &problem("usage", &text))
+    /// An endpoint that answers with events: refused with a status and an
+    /// error body before the stream begins, as the other endpoints are.
+    async fn stream(&self, streamed: Streamed, args: Value) -> Response<Body> {
+        let answered = match streamed {
+            Streamed::Logs => match arguments(args) {
+                Ok(request) => stream::logs(&self.engine, request),
+                Err((status, body)) => return reply(status, &body),
+            },
+            Streamed::Exec | Streamed::Wait => {
+                let Some((engine, cancel_if_dropped, in_flight)) = self.begin() else { return stopping() };
+                let held = (cancel_if_dropped, in_flight);
+                if streamed == Streamed::Exec {
+                    match arguments(args) {
+                        Ok(request) => live::exec(engine, request, held).await,
+                        Err((status, body)) => return reply(status, &body),
+                    }
+                } else {
+                    match arguments(args) {
+                        Ok(request) => live::wait(engine, request, held),
+                        Err((status, body)) => return reply(status, &body),
+                    }
+                }
             }
-            Err(CallError::Failed(e)) => return reply(status_of(e.kind()), &crate::service::error_json(&e)),
         };
-        stream::logs(&self.engine, request)
-            .unwrap_or_else(|e| reply(status_of(e.kind()), &crate::service::error_json(&e)))
+        answered.unwrap_or_else(|e| reply(status_of(e.kind()), &crate::service::error_json(&e)))
     }
 
     fn authorized(&self, request: &Request<Incoming>) -> bool {
@@ -204,8 +269,20 @@ impl Server {
     }
 }
 
-/// Cancels the request's work when its handler is dropped.
-struct CancelOnDrop(Cancel);
+/// The request struct of a streaming endpoint, or the status and error refusing it.
+fn arguments<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, (StatusCode, Value)> {
+    crate::service::call::arguments(args).map_err(|e| match e {
+        CallError::BadArguments(text) | CallError::Unknown(text) => (StatusCode::BAD_REQUEST, problem("usage", &text)),
+        CallError::Failed(e) => (status_of(e.kind()), crate::service::error_json(&e)),
+    })
+}
+
+fn stopping() -> Response<Body> {
+    reply(StatusCode::SERVICE_UNAVAILABLE, &problem("stopping", "forage's server is stopping"))
+}
+
+/// Cancels the request's work when its handler (or its stream) is dropped.
+pub struct CancelOnDrop(Cancel);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {

@@ -38,8 +38,9 @@ pub fn document() -> Value {
         });
         paths.insert(format!("/v1/{}", op.name), json!({ "post": operation }));
     }
-    let logs = generator.subschema_for::<super::stream::LogsRequest>();
-    paths.insert("/v1/logs".into(), logs_path(logs));
+    for (path, streamed) in streamed_paths(&mut generator) {
+        paths.insert(path.into(), streamed);
+    }
     paths.insert(
         "/v1/openapi.json".into(),
         json!({"get": {"operationId": "openapi", "summary": "This document.", "responses": {"200": {"description": "The OpenAPI document."}}}}),
@@ -62,17 +63,32 @@ pub fn document() -> Value {
     })
 }
 
-/// `POST /v1/logs`, which streams (`super::stream`).
-fn logs_path(schema: schemars::Schema) -> Value {
+/// The endpoints that answer with server-sent events (`super::stream`,
+/// `super::live`): their paths and descriptions.
+fn streamed_paths(generator: &mut schemars::SchemaGenerator) -> [(&'static str, Value); 3] {
+    use crate::service::{ExecRequest, WaitRequest};
+    let logs = generator.subschema_for::<super::stream::LogsRequest>();
+    let exec = generator.subschema_for::<ExecRequest>();
+    let wait = generator.subschema_for::<WaitRequest>();
+    [
+        ("/v1/logs", streamed_path("logs", "read", logs, "The agent's output as server-sent events, as it comes: events `stdout` and `stderr` (data: the chunk as a JSON string), then `end` (or `error`, data: an Error).")),
+        ("/v1/exec/stream", streamed_path("exec_stream", "change", exec, "`exec` as server-sent events: `stdout` and `stderr` (data: the chunk as a JSON string) as the command writes them, then `exit` (data: `exit_code`, null when `timed_out`, and `stdout_bytes`, `stderr_bytes`) or `error` (data: an Error). A client that disconnects stops the stream; the command may go on running, as with /v1/exec.")),
+        ("/v1/wait/stream", streamed_path("wait_stream", "read", wait, "`wait` as server-sent events: `progress` every 10 s (data: `waited_secs`, `message`), then `result` (data: what /v1/wait answers) or `error` (data: an Error). A client that disconnects stops the wait.")),
+    ]
+}
+
+fn streamed_path(id: &str, tag: &str, schema: schemars::Schema, summary: &str) -> Value {
     json!({"post": {
-        "operationId": "logs",
-        "summary": "The agent's output as server-sent events, as it comes: events `stdout` and `stderr` (data: the chunk as a JSON string), then `end` (or `error`, data: an Error).",
-        "tags": ["read"],
+        "operationId": id,
+        "summary": summary,
+        "tags": [tag],
         "requestBody": {"required": true, "content": {"application/json": {"schema": schema}}},
         "responses": {
-            "200": {"description": "The events.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            "200": {"description": "The events; a failure once they have begun is the last event, `error`.", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
             "400": error_response("Bad arguments (exit code 2)."),
             "404": error_response("No such sandbox (exit code 3)."),
+            "409": error_response("The sandbox is not running (exit code 4)."),
+            "503": error_response("The container engine cannot be reached (exit code 5), or the server is stopping."),
         },
     }})
 }

@@ -33,8 +33,22 @@ pub struct LogsRequest {
     pub tail: Option<u64>,
 }
 
-fn event(name: &str, data: &serde_json::Value) -> Result<Frame<Bytes>, std::convert::Infallible> {
+/// One server-sent event: its name, and its data as one line of JSON.
+pub fn event(name: &str, data: &serde_json::Value) -> Result<Frame<Bytes>, std::convert::Infallible> {
     Ok(Frame::data(Bytes::from(format!("event: {name}\ndata: {data}\n\n"))))
+}
+
+/// A 200 response whose body is `events`, sent as they come.
+pub fn sse<S>(events: S) -> Response<Body>
+where
+    S: futures_util::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> + Send + 'static,
+{
+    let mut response = Response::new(http_body_util::BodyExt::boxed_unsync(StreamBody::new(events)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/event-stream"));
+    headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
+    response
 }
 
 /// The response: 200 and the events, or forage's error when the sandbox
@@ -50,10 +64,5 @@ pub fn logs(engine: &Engine<Docker>, request: LogsRequest) -> crate::error::Resu
             Err(e) => event("error", &crate::service::error_json(&e)),
         })
         .chain(futures_util::stream::once(async { event("end", &json!({})) }));
-    let mut response = Response::new(http_body_util::BodyExt::boxed_unsync(StreamBody::new(events)));
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/event-stream"));
-    headers.insert(hyper::header::CACHE_CONTROL, hyper::header::HeaderValue::from_static("no-cache"));
-    Ok(response)
+    Ok(sse(events))
 }

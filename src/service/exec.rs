@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{sandbox_name, ExecRequest};
 use crate::error::{Error, Result};
 use crate::runtime::docker::Docker;
-use crate::runtime::Output;
+use crate::runtime::{Output, Session};
 use crate::sandbox::Engine;
 
 /// The most of stdout, and of stderr, a result holds.
@@ -54,13 +54,22 @@ pub struct Executed {
     pub stderr: Captured,
 }
 
-/// Runs the request's command in the sandbox, as the agent's user, in /workspace.
-pub async fn run(engine: &Engine<Docker>, request: ExecRequest) -> Result<Executed> {
+/// Starts the request's command in the sandbox, as the agent's user, in
+/// /workspace: its session, and how long to wait for it. Every refusal (a
+/// bad name, no command, no such sandbox, one not running) comes from here,
+/// before any output, for the streaming `exec` too.
+pub async fn start(engine: &Engine<Docker>, request: ExecRequest) -> Result<(Session, Duration)> {
     let name = sandbox_name(&request.name)?;
     if request.command.is_empty() {
         return Err(Error::usage("`exec` needs a command: `command` is empty (e.g. [\"git\", \"status\"])"));
     }
     let session = engine.exec(&name, request.command, false, false, None).await?;
+    Ok((session, Duration::from_secs(request.timeout_secs)))
+}
+
+/// Runs the request's command in the sandbox, as the agent's user, in /workspace.
+pub async fn run(engine: &Engine<Docker>, request: ExecRequest) -> Result<Executed> {
+    let (session, timeout) = start(engine, request).await?;
     let (mut stdout, mut stderr) = (Captured::default(), Captured::default());
     let mut output = session.output;
     let read_all = async {
@@ -73,7 +82,7 @@ pub async fn run(engine: &Engine<Docker>, request: ExecRequest) -> Result<Execut
         Ok::<_, Error>(())
     };
     let timed_out = tokio::select! {
-        done = tokio::time::timeout(Duration::from_secs(request.timeout_secs), read_all) => match done {
+        done = tokio::time::timeout(timeout, read_all) => match done {
             Ok(read) => { read?; false }
             Err(_) => true,
         },

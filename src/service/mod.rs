@@ -97,12 +97,28 @@ pub async fn status(engine: &Engine<Docker>, request: NameRequest) -> Result<Val
     Ok(value)
 }
 
-/// Waits for one of the sandboxes' agents to exit or go idle, or the timeout.
-pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value> {
+/// How often a `wait` says how long it has waited (MCP progress, and the
+/// streaming `wait`'s `progress` events).
+pub const WAIT_PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// The sandboxes a `wait` names, or a usage error (none, or a bad name).
+pub fn wait_names(request: &WaitRequest) -> Result<Vec<SandboxName>> {
     let names = request.names.iter().map(|n| sandbox_name(n)).collect::<Result<Vec<_>>>()?;
     if names.is_empty() {
         return Err(Error::usage("`wait` needs at least one sandbox name in `names`"));
     }
+    Ok(names)
+}
+
+/// What `wait` says of itself after `secs` seconds.
+pub fn waiting_message(names: &[SandboxName], secs: u64) -> String {
+    let shown: Vec<&str> = names.iter().map(SandboxName::as_str).collect();
+    format!("waiting for {}: {secs} s so far", shown.join(", "))
+}
+
+/// Waits for one of the sandboxes' agents to exit or go idle, or the timeout.
+pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value> {
+    let names = wait_names(&request)?;
     let until = match request.until {
         UntilArg::Exited => Until::Exited,
         UntilArg::Idle => Until::Idle,
@@ -127,15 +143,13 @@ pub async fn wait(engine: &Engine<Docker>, request: WaitRequest) -> Result<Value
 /// The most of the patches one `diff` result holds, all files together.
 pub const PATCH_CAP: usize = 1 << 20;
 
-/// Says every 10 s how long `wait` has waited (a client's progress, and a
+/// Says every `WAIT_PROGRESS_EVERY` how long `wait` has waited (a client's progress, and a
 /// sign of life for one that times calls out); never returns.
 async fn still_waiting(engine: &Engine<Docker>, names: &[SandboxName]) -> std::convert::Infallible {
-    let shown: Vec<&str> = names.iter().map(SandboxName::as_str).collect();
     let began = std::time::Instant::now();
     loop {
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let secs = began.elapsed().as_secs();
-        engine.progress.step(&format!("waiting for {}: {secs} s so far", shown.join(", ")));
+        tokio::time::sleep(WAIT_PROGRESS_EVERY).await;
+        engine.progress.step(&waiting_message(names, began.elapsed().as_secs()));
     }
 }
 

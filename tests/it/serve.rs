@@ -293,3 +293,180 @@ fn logs_stream_as_server_sent_events_until_the_agent_exits() {
     drop(served);
     env.assert_nothing_left();
 }
+
+/// The events of a server-sent event stream: each one's name and its data as JSON.
+fn events_of(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let (event, data) = e.split_once('\n').unwrap_or_else(|| panic!("not an event: {e:?}"));
+            let data = serde_json::from_str(data.trim_start_matches("data: ")).unwrap();
+            (event.trim_start_matches("event: ").to_owned(), data)
+        })
+        .collect()
+}
+
+/// POSTs `body` to a streaming endpoint with curl -N, for its events as they come.
+fn stream(served: &Served, op: &str, body: &Value) -> Child {
+    Command::new("curl")
+        .args(["-sSN", "-X", "POST", "--data", &body.to_string(), "--unix-socket", served.socket.to_str().unwrap()])
+        .arg(format!("http://forage/v1/{op}"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// An agent that waits for the host to create `go` in its (direct) workspace, then exits 3.
+const WAITS_FOR_GO: &str = "host_image: {require: [sh, sleep], tools: [sh, sleep]}\n\
+    agent: {command: [sh, -c, 'while [ ! -e /workspace/go ]; do sleep 0.2; done; exit 3']}\n";
+
+#[test]
+fn exec_and_wait_stream_as_server_sent_events() {
+    let env = Env::new();
+    std::fs::write(env.mkdir("config/forage/templates").join("waits.yaml"), WAITS_FOR_GO).unwrap();
+    let ws = env.mkdir("ws");
+    let name = env.unique("http-live");
+    let served = Served::start(&env, &[], &[]);
+    served.ok("create", json!({ "name": name, "workspace": ws, "mode": "direct", "template": "waits" }));
+
+    // exec: each stream's chunks in the order written, then the exit code.
+    let script =
+        "echo one; sleep 1; echo two >&2; sleep 1; printf 'thr\\342\\202'; sleep 1; printf '\\254ee\\n'; exit 5";
+    let out = stream(&served, "exec/stream", &json!({ "name": name, "command": ["sh", "-c", script] }))
+        .wait_with_output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut merged: Vec<(String, Value)> = Vec::new();
+    for (event, data) in events_of(&text) {
+        match merged.last_mut() {
+            Some((last, Value::String(so_far))) if *last == event && event != "exit" => {
+                so_far.push_str(data.as_str().unwrap())
+            }
+            _ => merged.push((event, data)),
+        }
+    }
+    let expected = vec![
+        ("stdout".to_owned(), json!("one\n")),
+        ("stderr".to_owned(), json!("two\n")),
+        // A character split between two writes arrives whole.
+        ("stdout".to_owned(), json!("thr€ee\n")),
+        ("exit".to_owned(), json!({ "exit_code": 5, "timed_out": false, "stdout_bytes": 13, "stderr_bytes": 4 })),
+    ];
+    assert_eq!(merged, expected, "{text}");
+    let out = stream(&served, "exec/stream", &json!({ "name": name, "command": ["sleep", "30"], "timeout_secs": 1 }))
+        .wait_with_output()
+        .unwrap();
+    let events = events_of(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(events.last().unwrap().1["timed_out"], true, "{events:?}");
+
+    // Refusals come before the stream, as the answering endpoints' do.
+    let (status, err) = served.post("exec/stream", &json!({ "name": "nobody", "command": ["true"] }));
+    assert_eq!((status, err["code"].as_str()), (404, Some("not-found")), "{err}");
+    let (status, err) = served.post("exec/stream", &json!({ "name": name, "command": [] }));
+    assert_eq!((status, err["code"].as_str()), (400, Some("usage")), "{err}");
+    let (status, err) = served.post("wait/stream", &json!({ "names": [name, "nobody"] }));
+    assert_eq!((status, err["code"].as_str()), (404, Some("not-found")), "{err}");
+
+    // wait: progress while the agent runs (it exits once told to, after the
+    // first progress event), then wait's result.
+    let mut waiting =
+        stream(&served, "wait/stream", &json!({ "names": [name], "until": "exited", "timeout_secs": 300 }));
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(waiting.stdout.take().unwrap()));
+    let mut events = Vec::new();
+    while let Some(line) = lines.next() {
+        let line = line.unwrap();
+        let Some(event) = line.strip_prefix("event: ") else { continue };
+        let data = lines.next().unwrap().unwrap();
+        let data: Value = serde_json::from_str(data.trim_start_matches("data: ")).unwrap();
+        if event == "progress" && events.is_empty() {
+            std::fs::write(ws.join("go"), "").unwrap();
+        }
+        events.push((event.to_owned(), data));
+    }
+    assert!(waiting.wait().unwrap().success());
+    let (last, rest) = events.split_last().unwrap();
+    assert_eq!(
+        last,
+        &("result".to_owned(), json!({ "sandbox": name, "agent": "exited", "exit_code": 3 })),
+        "{events:?}"
+    );
+    assert!(!rest.is_empty() && rest.iter().all(|(e, _)| e == "progress"), "{events:?}");
+    assert!(rest[0].1["waited_secs"].as_u64() >= Some(10), "{events:?}");
+    assert!(rest[0].1["message"].as_str().unwrap().contains(&name), "{events:?}");
+
+    served.ok("down", json!({ "name": name }));
+    drop(served);
+    env.assert_nothing_left();
+}
+
+/// The volumes and networks the engine holds labelled with this test's home.
+fn labelled(env: &Env, kind: &str) -> String {
+    let filter = format!("label=forage.home={}", env.home.display());
+    let out = Command::new("docker").args([kind, "ls", "-q", "--filter", &filter]).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn thirty_two_jobs_at_once_all_succeed_on_one_mirror_and_leave_nothing() {
+    let env = Env::new();
+    std::fs::write(env.mkdir("config/forage/templates").join("job.yaml"), crate::jobs::TEMPLATE).unwrap();
+    let repo = repo(&env, "repo");
+    let before = repo_state(&repo);
+    let served = Served::start(&env, &[], &[]);
+    let names: Vec<String> = (0..32).map(|i| env.unique(&format!("http-job-{i}"))).collect();
+    let answers: Vec<Value> = std::thread::scope(|s| {
+        let calls: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let (served, repo) = (&served, &repo);
+                let job = json!({ "name": name, "repo": repo, "template": "job", "task": name, "cleanup": true });
+                s.spawn(move || served.ok("job", job))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let mirrors: Vec<PathBuf> =
+        std::fs::read_dir(env.home.join("mirrors")).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    let mirror = &mirrors[0];
+    for (name, answer) in names.iter().zip(&answers) {
+        let job = &answer["job"];
+        assert_eq!((job["status"].as_str(), job["exit_code"].as_i64()), (Some("done"), Some(0)), "{answer}");
+        assert_eq!(job["mirror"], mirror.to_str().unwrap(), "{answer}");
+        // Each job's work is on its own branch, kept in the mirror (the job's cleanup keeps it).
+        assert_eq!(&git(mirror, &["show", &format!("forage-{name}:job.txt")]), name);
+    }
+    drop(served);
+
+    // Nothing else is left: no container, volume or network, no sandbox
+    // record or workspace, no worktree; FORAGE_HOME holds the mirror, the
+    // jobs' contexts and what their cleanup archived, one each; the mirror
+    // holds the source's refs and the jobs' branches; the source is as it
+    // was; gc finds nothing.
+    assert_eq!(env.containers(), Vec::<String>::new());
+    assert_eq!((labelled(&env, "volume"), labelled(&env, "network")), (String::new(), String::new()));
+    let mut kept: Vec<PathBuf> = env.home_files().into_iter().filter(|f| !f.starts_with(mirror)).collect();
+    kept.sort();
+    let mut expected: Vec<PathBuf> = names
+        .iter()
+        .flat_map(|n| [env.home.join(format!("archives/{n}.json")), env.home.join(format!("jobs/{n}/job.json"))])
+        .collect();
+    expected.sort();
+    assert_eq!(kept, expected, "FORAGE_HOME holds more than the jobs' contexts and archives");
+    let worktrees = git(mirror, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.lines().filter(|l| l.starts_with("worktree ")).count(), 1, "{worktrees}");
+    let mut refs: Vec<String> =
+        git(mirror, &["for-each-ref", "--format=%(refname)"]).lines().map(String::from).collect();
+    refs.retain(|r| {
+        let ours =
+            |n: &String| *r == format!("refs/heads/forage-{n}") || r.starts_with(&format!("refs/forage/archive/{n}/"));
+        !names.iter().any(ours)
+    });
+    let source: Vec<String> = git(&repo, &["for-each-ref", "--format=%(refname)"]).lines().map(String::from).collect();
+    assert_eq!(refs, source, "the mirror holds more than the source's refs and the jobs' branches and archives");
+    assert_eq!(repo_state(&repo), before);
+    assert_eq!(env.json(&["gc", "--json"]), json!([]));
+    let jobs = env.json(&["jobs", "--json"]);
+    assert_eq!(jobs.as_array().unwrap().len(), 32, "{jobs}");
+}
