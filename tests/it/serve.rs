@@ -1,7 +1,7 @@
 //! `forage-ctl serve` on the real engine, spoken to by a real HTTP client
 //! (curl): the review loop over a unix socket, refusals that change nothing,
-//! the token on TCP, 32 creates at once, and a client or server that goes
-//! away mid-create.
+//! the token on TCP, 32 creates at once, three agents fanned out and the best
+//! merged, and a client or server that goes away mid-create.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -469,4 +469,60 @@ fn thirty_two_jobs_at_once_all_succeed_on_one_mirror_and_leave_nothing() {
     assert_eq!(env.json(&["gc", "--json"]), json!([]));
     let jobs = env.json(&["jobs", "--json"]);
     assert_eq!(jobs.as_array().unwrap().len(), 32, "{jobs}");
+}
+
+/// The "done when", through HTTP: three agents on one repository at
+/// once, their diffs reviewed, the best merged; nothing on the host changes but
+/// the branch it landed on (and the archives `down` keeps of the others' work).
+#[test]
+fn three_agents_in_parallel_over_http_the_best_merged_nothing_else_changed() {
+    let env = Env::new();
+    let repo = repo(&env, "repo");
+    let before = crate::git::repo_state_but_archives(&repo);
+    let base = git(&repo, &["rev-parse", "main"]).trim().to_owned();
+    let names: Vec<String> = ["a", "b", "c"].iter().map(|n| env.unique(&format!("http-fan-{n}"))).collect();
+    let served = Served::start(&env, &[], &[]);
+
+    // Three creates in flight at once on one repository, each a client of its own.
+    std::thread::scope(|s| {
+        let creates: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let (served, repo) = (&served, &repo);
+                s.spawn(move || served.post("create", &json!({ "name": n, "workspace": repo, "mode": "git-worktree" })))
+            })
+            .collect();
+        for (n, made) in names.iter().zip(creates) {
+            let (status, answer) = made.join().unwrap();
+            assert_eq!(status, 200, "create {n}: {answer}");
+        }
+    });
+    for (i, n) in names.iter().enumerate() {
+        let lines: Vec<String> = (1..=i + 1).map(|k| k.to_string()).collect();
+        let work = format!(
+            "cd /workspace && printf '{}\\n' > answer.txt && git add . && git commit -qm 'answer {i}'",
+            lines.join("\\n")
+        );
+        assert_eq!(served.ok("exec", json!({ "name": n, "command": ["sh", "-c", work] }))["exit_code"], 0);
+    }
+    // Reviewed: the shortest answer is the best.
+    let sizes: Vec<u64> = names
+        .iter()
+        .map(|n| served.ok("diff", json!({ "name": n }))["files"][0]["additions"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [1, 2, 3]);
+    let merged = served.ok("merge", json!({ "name": names[0], "how": "squash", "message": "the best answer" }));
+    assert_eq!(merged["landed"], true, "{merged}");
+    for n in &names {
+        served.ok("down", json!({ "name": n }));
+    }
+    assert!(served.stop().success());
+
+    assert_eq!(git(&repo, &["log", "--format=%s", "main"]), "the best answer\ninitial\n");
+    assert_eq!(std::fs::read_to_string(repo.join("answer.txt")).unwrap(), "1\n");
+    // Refs and worktrees as before, but for main, now at the landed commit.
+    let main = git(&repo, &["rev-parse", "main"]).trim().to_owned();
+    assert_eq!(crate::git::repo_state_but_archives(&repo), before.replace(&base, &main));
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    env.assert_nothing_left_but_archives();
 }
