@@ -435,6 +435,7 @@ impl Runtime for Docker {
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
         let info = self.info().await?;
         info.check_identity(spec.identity.uid)?;
+        info.check_mounts(&spec.mounts)?;
         let host_config = HostConfig {
             mounts: Some(spec.mounts.iter().map(docker_mount).collect()),
             init: Some(true),
