@@ -50,9 +50,43 @@ pub fn free(range: (Ipv4Addr, u8), bits: u8, used: &[Subnet]) -> impl Iterator<I
         .filter(move |s| !used.iter().any(|u| s.overlaps(*u)))
 }
 
+/// The subnets the host routes to (`/proc/net/route`'s text), the default
+/// route left out: Podman refuses a network whose subnet one of them covers
+/// ("already used on the host"), Docker's and other engines' bridges among
+/// them. A line that does not parse is skipped.
+pub fn host_routes(proc_net_route: &str) -> Vec<Subnet> {
+    // Columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...;
+    // addresses in hex, as the kernel holds them (network order in memory).
+    let address = |hex: &str| u32::from_str_radix(hex, 16).ok().map(|v| Ipv4Addr::from(v.to_ne_bytes()));
+    proc_net_route
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (base, mask) = (address(fields.get(1)?)?, address(fields.get(7)?)?);
+            let bits = u32::from(mask).count_ones() as u8;
+            (bits > 0).then_some(Subnet { base, bits })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hosts_routes_are_read_but_the_default_one() {
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+            eth0\t0001A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            br-1\t1000D50A\t00000000\t0001\t0\t0\t0\tF0FFFFFF\t0\t0\t0\n\
+            garbage\n";
+        let routes: Vec<String> = host_routes(table).iter().map(|s| s.to_string()).collect();
+        if cfg!(target_endian = "little") {
+            assert_eq!(routes, ["192.168.1.0/24", "10.213.0.16/28"]);
+        }
+        assert_eq!(routes.len(), 2);
+    }
 
     #[test]
     fn the_first_subnet_overlapping_nothing_is_picked() {

@@ -435,6 +435,7 @@ impl Runtime for Docker {
     async fn create(&self, spec: &ContainerSpec) -> Result<()> {
         let info = self.info().await?;
         info.check_identity(spec.identity.uid)?;
+        info.check_mounts(&spec.mounts)?;
         let host_config = HostConfig {
             mounts: Some(spec.mounts.iter().map(docker_mount).collect()),
             init: Some(true),
@@ -524,6 +525,15 @@ impl Runtime for Docker {
     }
 
     async fn remove(&self, name: &str) -> Result<()> {
+        // Docker's forced removal kills the container (SIGKILL). Podman's
+        // stops it first, with the stop signal and its timeout, so an agent
+        // that `down --discard` (or a rollback) means to end at once would get
+        // time to act: kill it first there. Whatever this kill answers (not
+        // running, gone), the removal below says what matters.
+        if self.info().await?.podman {
+            let kill = bollard::query_parameters::KillContainerOptions { signal: "KILL".into() };
+            let _ = self.api().await?.kill_container(name, Some(kill)).await;
+        }
         let options = RemoveContainerOptions { force: true, v: true, link: false };
         match self.api().await?.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
@@ -669,14 +679,19 @@ impl Runtime for Docker {
 
     async fn download(&self, container: &str, below: &str, path: &str, limit: u64) -> Result<super::Download> {
         // The engine resolves every directory on the way (in the container's
-        // view) but the last component: look at each first, top down.
-        let mut ancestors: Vec<&std::path::Path> = std::path::Path::new(path)
+        // view): look at each first, top down. Docker archives the last
+        // component as it is (a symlink as a symlink), but Podman (4.3's
+        // compat API) follows it too and sends what it points at under the
+        // link's name, indistinguishable from a file: so the path itself is
+        // looked at as well. (At `sync` the agent still runs and could swap
+        // a symlink in between the look and the read, as it could a directory
+        // on the way on either engine; at `down` the container is stopped.)
+        let mut on_the_way: Vec<&std::path::Path> = std::path::Path::new(path)
             .ancestors()
-            .skip(1)
             .take_while(|a| a.starts_with(below) && *a != std::path::Path::new(below))
             .collect();
-        ancestors.reverse();
-        for dir in ancestors {
+        on_the_way.reverse();
+        for dir in on_the_way {
             let dir = dir.display().to_string();
             let options = bollard::query_parameters::ContainerArchiveInfoOptions { path: dir.clone() };
             match self.api().await?.get_container_archive_info(container, Some(options)).await {

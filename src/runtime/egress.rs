@@ -60,11 +60,19 @@ impl Docker {
             .list_networks(None::<ListNetworksOptions>)
             .await
             .map_err(|e| Error::docker("listing networks", e))?;
-        Ok(networks
+        let mut used: Vec<Subnet> = networks
             .iter()
             .flat_map(|n| n.ipam.iter().flat_map(|i| i.config.iter().flatten()))
             .filter_map(|c| c.subnet.as_deref().and_then(Subnet::parse))
-            .collect())
+            .collect();
+        // Podman also refuses a subnet the host routes to (another engine's
+        // bridge, a VPN): those are skipped too. (Docker does not check, and a
+        // host route over all of forage's range must not stop it there.)
+        if self.info().await?.podman {
+            let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+            used.extend(crate::egress::subnet::host_routes(&routes));
+        }
+        Ok(used)
     }
 
     pub(crate) async fn docker_create_network(&self, spec: &NetworkSpec) -> Result<bool> {
@@ -103,7 +111,9 @@ impl Docker {
         }
         match self.api().await?.create_network(request).await {
             Ok(_) => Ok(true),
-            Err(e) if e.to_string().contains("overlap") => Ok(false),
+            // Docker: "Pool overlaps with other one on this address space";
+            // Podman: "subnet … is already used on the host or by another config".
+            Err(e) if e.to_string().contains("overlap") || e.to_string().contains("is already used") => Ok(false),
             Err(e) if is_docker_conflict(&e) => Err(taken(&spec.name)),
             Err(e) => Err(Error::docker(format!("creating network {} ({})", spec.name, spec.subnet), e)),
         }

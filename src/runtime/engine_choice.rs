@@ -113,6 +113,22 @@ impl EngineInfo {
         }
     }
 
+    /// Refuses the copy-on-write overlay (`--cow`) on Podman: Podman (4.3)
+    /// makes a mount's anonymous volume of the `local` driver but ignores its
+    /// driver options, so /workspace would be empty. Refused before the
+    /// container is made; `up` rolls back what it made (the shared base
+    /// stays for `gc`, as on Docker).
+    pub fn check_mounts(&self, mounts: &[super::Mount]) -> Result<()> {
+        if self.podman && mounts.iter().any(|m| m.overlay.is_some()) {
+            return Err(Error::usage(
+                "--cow needs Docker: Podman's Engine API ignores the overlay options of the copy-on-write volume, \
+                 so /workspace would be empty",
+            )
+            .hint("leave out --cow (the sandbox gets a full checkout of its own), or use Docker"));
+        }
+        Ok(())
+    }
+
     /// The open-file and process limits to ask the engine for, when its own
     /// choice would fail. Rootful Podman (4.3) raises both to 1048576 in every
     /// container unless told otherwise, which fails at start ("error setting

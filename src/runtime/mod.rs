@@ -506,8 +506,8 @@ pub enum Download {
     Absent,
     /// The archive is longer than the limit: the rest was never read.
     TooLarge,
-    /// A directory on the way to the path (named) is a symbolic link, which
-    /// the engine would follow: nothing was read.
+    /// The path, or a directory on the way to it (named), is a symbolic
+    /// link, which the engine would follow: nothing was read.
     ThroughSymlink(String),
     Archive(Vec<u8>),
 }

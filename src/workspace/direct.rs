@@ -34,9 +34,6 @@ impl DirectWorkspace {
                 "workspace path {shown:?} is not a directory; pass a directory to --workspace"
             )));
         }
-        std::fs::read_dir(raw).map_err(|e| {
-            Error::workspace(format!("workspace path {shown:?} cannot be read ({e}); check its permissions"))
-        })?;
         let canonical = raw
             .canonicalize()
             .map_err(|e| Error::workspace(format!("cannot resolve workspace path {shown:?}: {e}")))?;
@@ -55,6 +52,12 @@ impl DirectWorkspace {
                 canonical.display()
             )));
         }
+        // Only now: what is refused is refused whatever its permissions (an
+        // ordinary user cannot read /root, and "check its permissions" would
+        // send them the wrong way).
+        std::fs::read_dir(raw).map_err(|e| {
+            Error::workspace(format!("workspace path {shown:?} cannot be read ({e}); check its permissions"))
+        })?;
         Ok(DirectWorkspace { path: canonical })
     }
 }

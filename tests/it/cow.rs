@@ -315,3 +315,29 @@ fn cow_falls_back_to_a_full_checkout_saying_why_or_is_refused() {
     assert!(out.status.success(), "{}", describe(&out));
     env.assert_nothing_left_but_archives();
 }
+
+/// `up --cow` on this run's engine: an overlay on Docker; on Podman, whose
+/// Engine API mounts the overlay volume empty, a refusal naming Podman and
+/// the way out (exit 2), and nothing left that `gc` does not clean.
+#[test]
+fn up_cow_makes_an_overlay_on_docker_and_is_refused_on_podman() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let name = env.unique("cow-engine");
+    let out = env.run(&["up", &name, "--git-worktree", repo.to_str().unwrap(), "--cow", "--no-start"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    match test_engine() {
+        TestEngine::Docker => {
+            assert!(out.status.success(), "{}", describe(&out));
+            assert!(said.contains("workspace: copy-on-write"), "{said}");
+            env.ok(&["down", &name, "--discard"]);
+        }
+        TestEngine::PodmanRootless | TestEngine::PodmanRootful => {
+            assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+            assert!(said.contains("--cow needs Docker") && said.contains("leave out --cow"), "{said}");
+            assert_eq!(env.json(&["list", "--json"]), serde_json::json!([]));
+        }
+    }
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left_but_archives();
+}

@@ -177,8 +177,8 @@ fn wait_all_and_wait_next_see_each_agent_once() {
         env.ok(&["up", n, "--git-worktree", repo.to_str().unwrap()]);
     }
     // Two agents end; the third waits for input (idle).
-    inside(&env, &names[0], "kill -KILL -1");
-    inside(&env, &names[2], "kill -KILL -1");
+    kill_everything_inside(&env, &names[0]);
+    kill_everything_inside(&env, &names[2]);
 
     let out = env.run(&["wait", "--all", "--idle-for", "1s", "--timeout", "120s"]);
     assert_eq!(out.status.code(), Some(8), "all done, one idle: {}", describe(&out));

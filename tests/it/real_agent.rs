@@ -60,6 +60,11 @@ pub(crate) mod fixture {
         if has_image(BOOKWORM) {
             return;
         }
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "{BOOKWORM} is not in the engine, and debootstrap needs root to make it: load it from an engine that \
+             has it (`docker save {BOOKWORM} | podman load`, as .ci/podman-pass does)"
+        );
         let started = Instant::now();
         let debootstrap = ["/usr/sbin/debootstrap", "/sbin/debootstrap", "/usr/bin/debootstrap"]
             .into_iter()

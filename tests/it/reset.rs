@@ -82,13 +82,18 @@ fn reset_makes_a_new_container_from_the_edited_template_and_keeps_the_workspace_
     );
     assert_eq!(env.ok(&["exec", &name, "--", "cat", "/tmp/init-ran"]), "initialised\n", "the new init ran");
     let c = inspect(&format!("forage-{name}")).unwrap();
-    assert_eq!(c.host_config.unwrap().memory, Some(1 << 30), "up's --memory, over the template's 2g");
+    if engine_applies_limits() {
+        assert_eq!(c.host_config.unwrap().memory, Some(1 << 30), "up's --memory, over the template's 2g");
+    } else {
+        assert_limits_dropped_warning(&out);
+    }
     assert_eq!(std::fs::read_to_string(ws.join("loose.txt")).unwrap(), "uncommitted\n");
     assert_eq!(git(&repo, &["for-each-ref", "--format=%(refname) %(objectname)"]), refs, "no ref moved");
     assert_eq!(git(&repo, &["worktree", "list", "--porcelain"]), worktrees);
     assert_eq!(env.ok(&["exec", &name, "--", "git", "-C", "/workspace", "log", "--format=%s", "-1"]), "agent work\n");
     let status = env.json(&["status", &name, "--json"]);
     assert_eq!(status["status"], "running", "{status}");
+    assert_eq!(status["record"]["options"]["memory"], "1g", "up's --memory is kept: {status}");
 
     // A container removed behind forage's back: reset makes a new one.
     let opts = bollard::query_parameters::RemoveContainerOptions { force: true, ..Default::default() };

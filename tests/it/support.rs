@@ -58,6 +58,31 @@ pub fn test_engine() -> TestEngine {
     }
 }
 
+/// Whether the engine applies a sandbox's memory, CPU and process limits.
+/// Rootless Podman on a cgroups v1 host accepts them and silently drops them
+/// (forage warns at `up`: "the Podman engine did not apply ..."), so a test
+/// asserts the limits where they hold and that warning where they cannot.
+pub fn engine_applies_limits() -> bool {
+    test_engine() != TestEngine::PodmanRootless || Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// Where the engine drops the limits (`!engine_applies_limits()`), the
+/// command that made the container (`up`, `reset`) says so, naming them.
+pub fn assert_limits_dropped_warning(made: &Output) {
+    let stderr = String::from_utf8_lossy(&made.stderr);
+    assert!(stderr.contains("the Podman engine did not apply the sandbox's memory, CPU"), "{stderr}");
+}
+
+/// The network mode of a sandbox with the full network: rootless Podman's is
+/// slirp4netns (forage's choice there: runtime/docker.rs), every other engine's
+/// the default bridge.
+pub fn full_network_mode() -> &'static str {
+    match test_engine() {
+        TestEngine::PodmanRootless => "slirp4netns",
+        TestEngine::Docker | TestEngine::PodmanRootful => "bridge",
+    }
+}
+
 /// The socket every forage-ctl and bollard call of this run goes to, when it
 /// is not Docker's default.
 pub fn test_engine_host() -> Option<String> {
@@ -303,6 +328,14 @@ pub fn snapshot(dir: &Path) -> Snapshot {
         .collect();
     snap.sort();
     snap
+}
+
+/// Kills every process in sandbox `name`, the agent with them. The exec's own
+/// shell may go down with the container before it reports its exit (Podman
+/// ends exec sessions as the container stops): 137 is as good as 0 here.
+pub fn kill_everything_inside(env: &Env, name: &str) {
+    let killed = env.run(&["exec", name, "--", "sh", "-c", "kill -KILL -1"]);
+    assert!(matches!(killed.status.code(), Some(0 | 137)), "{}", describe(&killed));
 }
 
 /// Polls `check` for up to `secs` seconds.

@@ -16,7 +16,8 @@ use crate::templates::{shell_image, write};
 /// forage-ctl's stdin, stdout and stderr are the terminal, as at a user's
 /// shell. Returns the exit code and every byte written to the terminal.
 fn on_a_terminal(env: &Env, shell: &str, vars: &[(&str, &str)]) -> (i32, Vec<u8>) {
-    let mut child = Command::new("/usr/bin/script")
+    let mut child = Command::new("/usr/bin/script");
+    child
         .args(["--quiet", "--return", "--command", &format!("stty rows 40 cols 100; {shell}"), "/dev/null"])
         .env("FORAGE", BIN)
         .env("SHELL", "/bin/sh")
@@ -28,9 +29,8 @@ fn on_a_terminal(env: &Env, shell: &str, vars: &[(&str, &str)]) -> (i32, Vec<u8>
         .envs(vars.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("util-linux's script at /usr/bin/script");
+        .stderr(Stdio::inherit());
+    let mut child = a_terminals_environment(&mut child).spawn().expect("util-linux's script at /usr/bin/script");
     // Held open until the end: when its input ends, `script` types an end of
     // input on the terminal, which a session would read.
     let input = child.stdin.take();
@@ -39,6 +39,18 @@ fn on_a_terminal(env: &Env, shell: &str, vars: &[(&str, &str)]) -> (i32, Vec<u8>
     let status = child.wait().unwrap();
     drop(input);
     (status.code().unwrap_or(-1), written)
+}
+
+/// What every command here has besides its own: the terminal's type (the
+/// spinner is drawn on a terminal that has one, never on a `dumb` one, and a
+/// test run may have none: the Podman pass runs with a bare environment), and
+/// the run's engine (`script` is not `Env::cmd`).
+fn a_terminals_environment(cmd: &mut Command) -> &mut Command {
+    cmd.env("TERM", "xterm");
+    if let Some(host) = test_engine_host() {
+        cmd.env("DOCKER_HOST", host);
+    }
+    cmd
 }
 
 /// The bytes, readable in a failure message.
@@ -214,7 +226,8 @@ fn verbose_log_lines_are_written_above_the_progress_line() {
     let env = Env::new();
     let ws = env.mkdir("ws");
     let name = env.unique("logs");
-    let mut child = Command::new("/usr/bin/script")
+    let mut child = Command::new("/usr/bin/script");
+    child
         .args(["--quiet", "--command"])
         .arg(format!("stty rows 40 cols 100; exec {BIN} up {name} -v --workspace {}", ws.display()))
         .arg("/dev/null")
@@ -225,9 +238,8 @@ fn verbose_log_lines_are_written_above_the_progress_line() {
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::piped());
+    let mut child = a_terminals_environment(&mut child).spawn().unwrap();
     let mut input = child.stdin.take().unwrap();
     let mut output = child.stdout.take().unwrap();
     let mut shown = Vec::new();
