@@ -70,6 +70,11 @@ impl<R: Runtime> Engine<R> {
         if self.identity.uid != 0 {
             return full(git, format!("the tree has at least {threshold} files, but {ROOT_ONLY}"));
         }
+        // Asked for (`--cow`), a refused mount fails `up`; by default it is
+        // not tried where it would be refused.
+        if let Some(why) = crate::workspace::cow::kernel_too_old() {
+            return full(git, format!("the tree has at least {threshold} files, but {why}"));
+        }
         match git.copy_on_write(self.home.root(), &self.home.bases_dir()) {
             (git, Some(why)) => full(git, format!("the tree has at least {threshold} files, but {why}")),
             (git, None) => Ok((

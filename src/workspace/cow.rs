@@ -95,6 +95,24 @@ pub fn unusable_home(home: &Path) -> Option<String> {
     }
 }
 
+/// Why this machine's kernel cannot mount the overlay, if it cannot: the
+/// overlay's `userxattr` option needs Linux 5.11 (ADR 0003, measurement 6).
+/// The engine mounts it on this machine (its layers are paths of this one's
+/// FORAGE_HOME), so this kernel is the engine's.
+pub fn kernel_too_old() -> Option<String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    // A release that does not read as one is left to the mount to judge.
+    older_than_5_11(&release)?
+        .then(|| format!("the kernel ({}) is older than 5.11, which the overlay needs", release.trim()))
+}
+
+/// `5.10.0-23-amd64` is older than 5.11; `None` for what is no release.
+fn older_than_5_11(release: &str) -> Option<bool> {
+    let mut parts = release.trim().split(['.', '-']).map(str::parse::<u32>);
+    let (major, minor) = (parts.next()?.ok()?, parts.next()?.ok()?);
+    Some((major, minor) < (5, 11))
+}
+
 /// Makes the base for `tree` under `bases` if there is none (`prepare`
 /// finishing its index), and adds `user` (`forage-<name>`, the sandbox's
 /// worktree id) as one of its users, all under the lock of `bases`.
@@ -335,6 +353,15 @@ mod tests {
 
         take_base(&repo, &dir.path().join("bases"), tree, "forage-one", |_| Ok(())).unwrap();
         assert_eq!(std::fs::read(top.join(".git/index")).unwrap(), before, "the user's index was rewritten");
+    }
+
+    #[test]
+    fn kernels_older_than_5_11_are_told_apart() {
+        assert_eq!(older_than_5_11("5.10.0-23-amd64\n"), Some(true));
+        assert_eq!(older_than_5_11("4.19.0"), Some(true));
+        assert_eq!(older_than_5_11("5.11.0"), Some(false));
+        assert_eq!(older_than_5_11("6.18.0-rc1"), Some(false));
+        assert_eq!(older_than_5_11("linux"), None);
     }
 
     #[test]
