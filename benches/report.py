@@ -204,6 +204,9 @@ def main():
         ("large", f"`up` on a {a.large_files:,}-file repository (git2 checkout) vs `git worktree add` (git CLI) + `docker run`", "≤ 1.1×", 1.1),
         ("large-cow", f"`up --cow` on a {a.large_files:,}-file repository, its base checkout made already, vs forage's full `up` of it", "≤ 0.05×", 0.05),
         ("cow-sizes", f"`up --cow` on a {a.large_files:,}-file repository vs `up --cow` on a 50-file one (bases made already)", "≤ 1.5×", 1.5),
+        ("cow-list", f"`list` with 8 copy-on-write sandboxes of a {a.large_files:,}-file repository, 10 files changed in each, vs the same of a 50-file one", "≤ 1.2×", 1.2),
+        ("cow-down", f"`down` (work archived) of a copy-on-write sandbox of a {a.large_files:,}-file repository with 10 files changed vs the same of a 50-file one", "≤ 1.2×", 1.2),
+        ("cow-parallel", f"{a.parallel} parallel `up --cow`s on a {a.large_files:,}-file repository vs {a.parallel} on a 50-file one (bases made already)", "", None),
     ]
     lines = [
         "# Benchmarks",
