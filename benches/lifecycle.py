@@ -454,12 +454,13 @@ def cow_many(small, large):
     COW_CHANGED files each, and PARALLEL `up --cow`s at once, on the large
     repository against the same on the 50-file one."""
     print(f"==> {COW_SANDBOXES} copy-on-write sandboxes on each repository, for list", flush=True)
-    homes = {"forage": (os.path.join(WORK, "home-cow-large"), large), "floor": (os.path.join(WORK, "home-cow-small"), small)}
+    # Container names are the engine's, one namespace for every FORAGE_HOME.
+    homes = {"forage": (os.path.join(WORK, "home-cow-large"), large, "ml"), "floor": (os.path.join(WORK, "home-cow-small"), small, "ms")}
     try:
-        for home, r in homes.values():
+        for home, r, prefix in homes.values():
             for i in range(COW_SANDBOXES):
-                sh(in_home(home, f"{F} up m{i} --git-worktree {r} --cow -q"))
-                change_files(f"m{i}", home)
+                sh(in_home(home, f"{F} up {prefix}{i} --git-worktree {r} --cow -q"))
+                change_files(f"{prefix}{i}", home)
 
         def list_ok(home):
             def check():
@@ -469,10 +470,10 @@ def cow_many(small, large):
             return check
 
         bench("cow-list", RUNS, {
-            side: (nothing, in_home(home, f"{F} list >/dev/null"), list_ok(home), nothing) for side, (home, _) in homes.items()
+            side: (nothing, in_home(home, f"{F} list >/dev/null"), list_ok(home), nothing) for side, (home, *_) in homes.items()
         }, warmup=2)
     finally:
-        for home, _ in homes.values():
+        for home, *_ in homes.values():
             attempt(in_home(home, f"{F} down --all --discard -q"))
             attempt(in_home(home, f"{F} gc --force -q"))
 

@@ -53,7 +53,17 @@ def update(a, rows):
         done.append(key)
     load = os.getloadavg()[0]
     note = f"- rows rerun alone (`ROWS=…`) at commit {a.built}, load average {load:.1f} at the end: {', '.join(done)}"
-    lines = [l for l in lines if not l.startswith("- rows rerun alone")]
+    # An older note keeps the rows this run did not measure again.
+    kept = []
+    for l in lines:
+        if l.startswith("- rows rerun alone") and ": " in l:
+            head, keys = l.rsplit(": ", 1)
+            left = [k for k in keys.split(", ") if k not in done]
+            if not left:
+                continue
+            l = f"{head}: {', '.join(left)}"
+        kept.append(l)
+    lines = kept
     machine = next(i for i, l in enumerate(lines) if "(release build)" in l)
     lines.insert(machine + 1, note)
     with open(a.out, "w") as f:
