@@ -28,7 +28,11 @@ LIST_SANDBOXES = [int(n) for n in os.environ.get("LIST_SANDBOXES", "100 500").sp
 LIST_RUNNING = int(os.environ.get("LIST_RUNNING", "10"))
 # Which groups of rows to run (all by default): ROWS="list" runs the warm and
 # cold list rows alone, and lifecycle.sh then rewrites only their lines.
-GROUPS = ("lifecycle", "parallel", "list", "list-running", "large", "large-cow")
+GROUPS = ("lifecycle", "parallel", "list", "list-running", "large", "large-cow", "cow-many")
+# cow-many: how many copy-on-write sandboxes `list` counts, each with this many
+# files changed by its agent.
+COW_SANDBOXES = int(os.environ.get("COW_SANDBOXES", "8"))
+COW_CHANGED = 10
 ROWS = os.environ.get("ROWS", " ".join(GROUPS)).split()
 FLOOR = os.path.join(WORK, "floor")
 HOME = os.environ["FORAGE_HOME"]
@@ -137,6 +141,26 @@ def forage_cow_up_done(repo, names):
         if not os.path.isdir(os.path.join(HOME, "workspaces", n, "upper")):
             raise Failed(f"sandbox {n} has no upper layer")
     worktrees(repo, [os.path.join(HOME, "workspaces", n) for n in names], present=False)
+
+
+def in_home(home, cmd):
+    """`cmd` with forage's state in `home` instead of the benchmark's own."""
+    return f"FORAGE_HOME={shlex.quote(home)} {cmd}"
+
+
+def change_files(name, home=HOME):
+    """The agent of sandbox `name` changes COW_CHANGED files of the tree
+    (d0/f0.txt … are in every bench repository)."""
+    files = " ".join(f"d0/f{i}.txt" for i in range(COW_CHANGED))
+    script = f"cd /workspace && for f in {files}; do echo changed >> $f; done"
+    sh(in_home(home, f"{F} exec {name} -- sh -c {shlex.quote(script)}"))
+
+
+def in_parallel(cmds, status_dir):
+    """`cmds` run at once; fails unless every one exited 0 (`wait` alone says
+    nothing about the children: each writes its status)."""
+    parts = [f"(({c}); echo $? > {status_dir}/{i}) &" for i, c in enumerate(cmds)]
+    return " ".join(parts) + " wait; for f in " + status_dir + "/*; do [ \"$(cat $f)\" = 0 ] || exit 1; done"
 
 
 def floor_up_done(repo, names):
@@ -296,8 +320,7 @@ def main():
         status_dir = os.path.join(WORK, "par-status")
 
         def with_status(cmd_list):
-            parts = [f"(({c}); echo $? > {status_dir}/{i}) &" for i, c in enumerate(cmd_list)]
-            return " ".join(parts) + " wait; for f in " + status_dir + "/*; do [ \"$(cat $f)\" = 0 ] || exit 1; done"
+            return in_parallel(cmd_list, status_dir)
 
         par_forage = with_status([forage_up(n) for n in names])
         par_floor = with_status([floor_up_retrying(repo, n, image, retries_file) for n in names])
@@ -396,14 +419,15 @@ def main():
         large = os.path.join(WORK, "large")
         make_repo(large, LARGE_FILES)
         bench("large", LARGE_RUNS, {
-            "forage": (nothing, forage_up("big", large), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
+            "forage": (nothing, forage_up("big", large, "--full-checkout"), lambda: forage_up_done(large, ["big"]), lambda: forage_cleanup("big")),
             "floor": (nothing, floor_up(large, "big", image), lambda: floor_up_done(large, ["big"]), lambda: floor_cleanup(large, "big")),
         }, warmup=0)
 
     if wanted("large-cow"):
         # `up --cow` once the base checkout of the tree exists (the warm-up run
         # makes it, `down` keeps it): against forage's full `up` of the same
-        # repository, and against `up --cow` of the 50-file one.
+        # repository (`--full-checkout`: copy-on-write is its default), and
+        # against `up --cow` of the 50-file one.
         print(f"==> large repository, copy-on-write: {LARGE_FILES} files", flush=True)
         large = os.path.join(WORK, "large")
         if not os.path.isdir(large):
@@ -411,12 +435,80 @@ def main():
         cow_up = lambda name, r: forage_up(name, r, "--cow")
         bench("large-cow", LARGE_RUNS, {
             "forage": (nothing, cow_up("bigc", large), lambda: forage_cow_up_done(large, ["bigc"]), lambda: forage_cleanup("bigc")),
-            "floor": (nothing, forage_up("bigf", large), lambda: forage_up_done(large, ["bigf"]), lambda: forage_cleanup("bigf")),
+            "floor": (nothing, forage_up("bigf", large, "--full-checkout"), lambda: forage_up_done(large, ["bigf"]), lambda: forage_cleanup("bigf")),
         })
         bench("cow-sizes", RUNS, {
             "forage": (nothing, cow_up("bigc", large), lambda: forage_cow_up_done(large, ["bigc"]), lambda: forage_cleanup("bigc")),
             "floor": (nothing, cow_up("smallc", repo), lambda: forage_cow_up_done(repo, ["smallc"]), lambda: forage_cleanup("smallc")),
         })
+
+    if wanted("cow-many"):
+        large = os.path.join(WORK, "large")
+        if not os.path.isdir(large):
+            make_repo(large, LARGE_FILES)
+        cow_many(repo, large)
+
+
+def cow_many(small, large):
+    """`list` and `down` of copy-on-write sandboxes whose agents changed
+    COW_CHANGED files each, and PARALLEL `up --cow`s at once, on the large
+    repository against the same on the 50-file one."""
+    print(f"==> {COW_SANDBOXES} copy-on-write sandboxes on each repository, for list", flush=True)
+    # Container names are the engine's, one namespace for every FORAGE_HOME.
+    homes = {"forage": (os.path.join(WORK, "home-cow-large"), large, "ml"), "floor": (os.path.join(WORK, "home-cow-small"), small, "ms")}
+    try:
+        for home, r, prefix in homes.values():
+            for i in range(COW_SANDBOXES):
+                sh(in_home(home, f"{F} up {prefix}{i} --git-worktree {r} --cow -q"))
+                change_files(f"{prefix}{i}", home)
+
+        def list_ok(home):
+            def check():
+                rows = json.loads(sh(in_home(home, f"{F} list --json")))
+                if len(rows) != COW_SANDBOXES or sum(r["dirty"] or 0 for r in rows) != COW_SANDBOXES * COW_CHANGED:
+                    raise Failed(f"list in {home} does not show {COW_SANDBOXES} sandboxes of {COW_CHANGED} dirty files: {rows}")
+            return check
+
+        bench("cow-list", RUNS, {
+            side: (nothing, in_home(home, f"{F} list >/dev/null"), list_ok(home), nothing) for side, (home, *_) in homes.items()
+        }, warmup=2)
+    finally:
+        for home, *_ in homes.values():
+            attempt(in_home(home, f"{F} down --all --discard -q"))
+            attempt(in_home(home, f"{F} gc --force -q"))
+
+    # `down` (its work archived: it reads the upper layer) of a sandbox whose
+    # agent changed COW_CHANGED files.
+    def made_and_changed(name, r):
+        def prepare():
+            sh(f"{F} up {name} --git-worktree {r} --cow -q")
+            change_files(name)
+        return prepare
+
+    def archived(name, r):
+        def check():
+            forage_gone(r, [name])
+            if name not in git(r, "for-each-ref --format='%(refname)' refs/forage/archive"):
+                raise Failed(f"down {name} archived nothing in {r}")
+        return check
+
+    bench("cow-down", RUNS, {
+        "forage": (made_and_changed("dl", large), f"{F} down dl -q", archived("dl", large), lambda: forage_cleanup("dl")),
+        "floor": (made_and_changed("ds", small), f"{F} down ds -q", archived("ds", small), lambda: forage_cleanup("ds")),
+    })
+
+    status_dir = os.path.join(WORK, "cow-par-status")
+
+    def reset_status():
+        attempt(f"rm -rf {status_dir}")
+        os.makedirs(status_dir)
+
+    def parallel_side(prefix, r):
+        names = [f"{prefix}{i}" for i in range(PARALLEL)]
+        ups = in_parallel([f"{F} up {n} --git-worktree {r} --cow -q" for n in names], status_dir)
+        return (reset_status, ups, lambda: forage_cow_up_done(r, names), lambda: forage_cleanup(*names))
+
+    bench("cow-parallel", min(RUNS, 5), {"forage": parallel_side("pl", large), "floor": parallel_side("ps", small)})
 
 
 if __name__ == "__main__":

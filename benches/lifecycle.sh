@@ -9,7 +9,7 @@
 #
 #   benches/lifecycle.sh            # full run (about 20 minutes, most of it the 50,000-file repo and the list rows)
 #   RUNS=5 LARGE_FILES=5000 LIST_SANDBOXES=100 benches/lifecycle.sh   # quicker, smaller
-#   ROWS=list benches/lifecycle.sh  # the list rows alone (groups: lifecycle parallel list list-running large),
+#   ROWS=list benches/lifecycle.sh  # the list rows alone (groups: lifecycle parallel list list-running large large-cow cow-many),
 #                                   # rewriting only their lines of docs/benchmarks.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,9 @@ export WORK FORAGE_HOME=$WORK/home JJ_USER=bench JJ_EMAIL=bench@example.com
 
 cleanup() {
   "$FORAGE_CTL" down --all --discard -q 2>/dev/null || true
+  for home in "$WORK"/home-cow-*; do
+    [ ! -d "$home" ] || FORAGE_HOME=$home "$FORAGE_CTL" down --all --discard -q 2>/dev/null || true
+  done
   ids=$(docker ps -aq --filter label=forage-bench=1)
   [ -z "$ids" ] || docker rm -f $ids >/dev/null
   docker rmi forage-bench-built >/dev/null 2>&1 || true

@@ -59,6 +59,8 @@ let
     stopSignal = "SIGTERM";
     stopTimeout = 10;
     workspaceReadOnly = false;
+    # auto: copy-on-write for a large tree (written only when not auto, as forage writes it).
+    workspaceCow = "auto";
     mountReadOnly = true;
     buildContext = ".";
     buildDockerfile = "Dockerfile";
@@ -248,7 +250,12 @@ let
       // optionalAttrs (task != [ ]) { inherit task; }
       // optionalAttrs (state != [ ]) { inherit state; }
       // optionalAttrs (login != [ ]) { inherit login; };
-      workspace.read_only = (t.workspace or { }).readOnly or defaults.workspaceReadOnly;
+      workspace = {
+        read_only = (t.workspace or { }).readOnly or defaults.workspaceReadOnly;
+      }
+      // optionalAttrs (((t.workspace or { }).cow or defaults.workspaceCow) != defaults.workspaceCow) {
+        inherit (t.workspace) cow;
+      };
       network = t.network or defaults.network;
       resources = {
         memory = resources.memory or defaults.memory;

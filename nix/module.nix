@@ -289,6 +289,22 @@ let
         description = "Mount the workspace read-only at /workspace.";
       };
 
+      workspace.cow = mkOption {
+        type = types.enum [
+          "auto"
+          "always"
+          "never"
+        ];
+        default = defaults.workspaceCow;
+        description = ''
+          A git sandbox's checkout: "always" a copy-on-write overlay on a base
+          checkout shared by the sandboxes on the same tree (as `up --cow`),
+          "never" (a full checkout of its own, as `up --full-checkout`), or
+          "auto": copy-on-write for a tree of 20,000 files or more where the
+          overlay can be made. `up --cow` / `--full-checkout` override it.
+        '';
+      };
+
       network = mkOption {
         type = types.enum [
           "full"
@@ -662,7 +678,7 @@ in
       description = ''
         Templates written to /etc/forage/templates/<name>.yaml (as JSON, which is
         YAML). The fields are those of docs/templates.md, in camelCase
-        (hostImage, workspace.readOnly, mounts.*.readOnly, stopSignal,
+        (hostImage, workspace.readOnly, workspace.cow, mounts.*.readOnly, stopSignal,
         stopTimeout). A template named like a built-in replaces it.
       '';
     };

@@ -15,6 +15,7 @@
 //! | `PATH` | where the offline image's host tools are found |
 //! | `NO_COLOR` | no colour on the terminal |
 //! | `FORAGE_PAGER`, `PAGER` | the pager `diff` and `log` use on a terminal (default `less`, with `LESS=FRX` unless `LESS` is set; `cat` or empty: none) |
+//! | `FORAGE_COW_THRESHOLD` | the number of files from which a git sandbox's checkout is copy-on-write by default (20000) |
 //! | `FORAGE_DEBUG_KILL_AFTER`, `FORAGE_DEBUG_PAUSE_AFTER` | fault-injection hooks for the crash tests |
 //! | `RUST_LOG` | tracing filters (read by tracing-subscriber) |
 
@@ -26,6 +27,7 @@ use std::path::PathBuf;
 pub const FORAGE_HOME: &str = "FORAGE_HOME";
 pub const FORAGE_TEMPLATES_PATH: &str = "FORAGE_TEMPLATES_PATH";
 pub const FORAGE_ENGINE: &str = "FORAGE_ENGINE";
+pub const FORAGE_COW_THRESHOLD: &str = "FORAGE_COW_THRESHOLD";
 pub const FORAGE_DEBUG_KILL_AFTER: &str = "FORAGE_DEBUG_KILL_AFTER";
 pub const FORAGE_DEBUG_PAUSE_AFTER: &str = "FORAGE_DEBUG_PAUSE_AFTER";
 
@@ -50,6 +52,8 @@ pub struct Settings {
     pub path: Vec<PathBuf>,
     pub debug_kill_after: Option<String>,
     pub debug_pause_after: Option<String>,
+    /// `FORAGE_COW_THRESHOLD` as given (checked when `up` needs it).
+    pub cow_threshold: Option<String>,
     /// `FORAGE_PAGER`, else `PAGER` (a shell command).
     pub pager: Option<String>,
     /// `LESS` is set: the user's own options for less, kept.
@@ -88,6 +92,7 @@ impl Settings {
             path: split("PATH").into_iter().filter(|d| d.is_absolute()).collect(),
             debug_kill_after: var(FORAGE_DEBUG_KILL_AFTER),
             debug_pause_after: var(FORAGE_DEBUG_PAUSE_AFTER),
+            cow_threshold: var(FORAGE_COW_THRESHOLD),
             pager: var("FORAGE_PAGER").or_else(|| var("PAGER")),
             less_set: var_os("LESS").is_some(),
             ssl_cert_file: var_os("SSL_CERT_FILE").map(PathBuf::from),

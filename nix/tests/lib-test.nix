@@ -39,6 +39,7 @@ let
         secrets.MY_AGENT_API_KEY = "myagent";
       };
       workspace.readOnly = true;
+      workspace.cow = "never";
       network = "none";
       resources = {
         memory = "512m";

@@ -118,6 +118,7 @@ in
             ];
           };
           workspace.readOnly = true;
+          workspace.cow = "always";
           network = "none";
           resources = {
             memory = "512m";

@@ -8,7 +8,7 @@ use crate::names::SandboxName;
 use crate::record::Record;
 use crate::runtime::Network;
 use crate::sandbox::{HostUncommitted, TaskSpec, UpSpec, WorkspaceSpec};
-use crate::template::DEFAULT_TEMPLATE;
+use crate::template::{CowPolicy, DEFAULT_TEMPLATE};
 use crate::workspace::{Mode, WorkspaceRecord};
 
 #[derive(Debug, Args)]
@@ -106,9 +106,15 @@ pub struct UpArgs {
     /// git: make /workspace a copy-on-write overlay on a base checkout shared
     /// by every sandbox on the same tree, so `up` writes no files and the
     /// sandbox's disk holds only what the agent changes; falls back to a full
-    /// checkout, saying why, where the overlay cannot be made.
-    #[arg(long)]
+    /// checkout, saying why, where the overlay cannot be made. The default
+    /// for a tree of 20,000 files or more (FORAGE_COW_THRESHOLD) where the
+    /// overlay can be made, unless the template's `workspace.cow` says otherwise.
+    #[arg(long, conflicts_with = "full_checkout")]
     pub cow: bool,
+    /// git: give the sandbox a full checkout of its own, whatever the tree's
+    /// size and the template's `workspace.cow`.
+    #[arg(long)]
+    pub full_checkout: bool,
     /// Ignore the project's toolchain (.forage/template.yaml,
     /// .devcontainer/devcontainer.json): run the template's image as it is.
     #[arg(long)]
@@ -185,7 +191,11 @@ impl UpArgs {
             agent_args: self.agent_args,
             profile: self.profile,
             include_uncommitted: self.include_uncommitted,
-            cow: self.cow,
+            cow: match (self.cow, self.full_checkout) {
+                (true, _) => Some(CowPolicy::Always),
+                (_, true) => Some(CowPolicy::Never),
+                _ => None,
+            },
             no_project_toolchain: self.no_project_toolchain,
             task: match (self.task, self.task_file) {
                 (Some(text), _) => Some(TaskSpec::Text(text)),
@@ -222,21 +232,14 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     let engine = ctx.engine().await?;
     warn_root_on_a_users_checkout(ctx, &args, engine.identity);
     // Everything that can be checked is checked before anything is made.
-    let request = engine.prepare_up(args.spec()?)?;
+    let request = engine.prepare_up(args.spec()?).await?;
     if let Some(found) = &request.host_uncommitted {
         warn_uncommitted(ctx, found);
     }
     for warning in &request.warnings {
         ctx.out.warn(warning);
     }
-    if let crate::workspace::WorkspaceRequest::GitWorktree(git) = &request.workspace {
-        if let Some(layers) = &git.workspace.cow {
-            ctx.out.status(format!(
-                "workspace: copy-on-write over the shared base checkout {} (the sandbox's disk holds only what the agent changes)",
-                layers.base.display()
-            ));
-        }
-    }
+    say_checkout(ctx, &request);
     if let Some(toolchain) = request.toolchain() {
         ctx.out.status(format!("toolchain: {toolchain}"));
         if request.plan.network != Network::None {
@@ -249,6 +252,21 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     engine.progress.finish();
     report(ctx, &record, started)?;
     Ok(0)
+}
+
+/// Which checkout a git sandbox gets, and why (`cow_choice`).
+fn say_checkout(ctx: &Ctx, request: &crate::sandbox::UpRequest) {
+    let crate::workspace::WorkspaceRequest::GitWorktree(git) = &request.workspace else { return };
+    let why = request.checkout_why.as_deref();
+    match (&git.workspace.cow, why) {
+        (Some(layers), why) => ctx.out.status(format!(
+            "workspace: copy-on-write over the shared base checkout {} ({}the sandbox's disk holds only what the agent changes)",
+            layers.base.display(),
+            why.map(|w| format!("{w}; ")).unwrap_or_default()
+        )),
+        (None, Some(why)) => ctx.out.status(format!("workspace: a full checkout ({why})")),
+        (None, None) => {}
+    }
 }
 
 /// The agent runs as whoever runs forage-ctl. Run as root (sudo) on a

@@ -232,7 +232,7 @@ impl<R: Runtime> Engine<R> {
             fetched?;
         }
         up.workspace = WorkspaceSpec::GitWorktree(dir.to_path_buf());
-        let request = self.prepare_up(up)?;
+        let request = self.prepare_up(up).await?;
         self.up(request).await
     }
 

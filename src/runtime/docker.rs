@@ -717,6 +717,10 @@ impl Runtime for Docker {
         Ok(super::Download::Archive(tar))
     }
 
+    async fn mounts_overlay_volumes(&self) -> Result<bool> {
+        Ok(!self.info().await?.podman)
+    }
+
     async fn used_subnets(&self) -> Result<Vec<crate::egress::subnet::Subnet>> {
         self.docker_used_subnets().await
     }

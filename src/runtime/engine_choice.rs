@@ -113,11 +113,12 @@ impl EngineInfo {
         }
     }
 
-    /// Refuses the copy-on-write overlay (`--cow`) on Podman: Podman (4.3)
-    /// makes a mount's anonymous volume of the `local` driver but ignores its
-    /// driver options, so /workspace would be empty. Refused before the
-    /// container is made; `up` rolls back what it made (the shared base
-    /// stays for `gc`, as on Docker).
+    /// Refuses the copy-on-write overlay on Podman: Podman (4.3) makes a
+    /// mount's anonymous volume of the `local` driver but ignores its driver
+    /// options, so /workspace would be empty. `up` never gets here (it makes a
+    /// full checkout on Podman, `Runtime::mounts_overlay_volumes`); this is
+    /// the last guard, so that no way of making a container can hand an agent
+    /// an empty workspace.
     pub fn check_mounts(&self, mounts: &[super::Mount]) -> Result<()> {
         if self.podman && mounts.iter().any(|m| m.overlay.is_some()) {
             return Err(Error::usage(

@@ -8,6 +8,7 @@
 mod agent_state;
 mod archives;
 mod checkout;
+mod cow_choice;
 mod down;
 mod egress;
 pub mod gc;

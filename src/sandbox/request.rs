@@ -60,9 +60,11 @@ pub struct UpSpec {
     /// git: the worktree starts with a copy of the uncommitted changes of
     /// the user's checkout.
     pub include_uncommitted: bool,
-    /// git: /workspace is a copy-on-write overlay on a shared base checkout
-    /// (falling back to a full checkout where it cannot be).
-    pub cow: bool,
+    /// git: `--cow` (`Always`: /workspace a copy-on-write overlay on a shared
+    /// base checkout, falling back to a full checkout where it cannot be) or
+    /// `--full-checkout` (`Never`); `None` leaves it to the template's
+    /// `workspace.cow` (by default `Auto`: by the tree's size).
+    pub cow: Option<template::CowPolicy>,
     /// `--task TEXT` or `--task-file FILE`.
     pub task: Option<TaskSpec>,
     /// `--no-project-toolchain`: the project's files are not read.
@@ -107,6 +109,8 @@ pub struct UpRequest {
     /// What the user should know of the project's toolchain: fields not
     /// used, files not followed, a template that cannot layer on it.
     pub warnings: Vec<String>,
+    /// Why a git sandbox's checkout is copy-on-write or full, for `up` to say.
+    pub checkout_why: Option<String>,
     /// `login`'s sandbox, whose workspace `up` makes (empty) and removes.
     pub(crate) login_dir: bool,
 }
@@ -182,7 +186,7 @@ impl<R: Runtime> Engine<R> {
     /// Checks `spec` completely (the name, the template, every option, the
     /// secrets, the workspace and every host path the sandbox would see),
     /// creating nothing.
-    pub fn prepare_up(&self, spec: UpSpec) -> Result<UpRequest> {
+    pub async fn prepare_up(&self, spec: UpSpec) -> Result<UpRequest> {
         // The name first: "already exists" says more than anything about paths.
         super::ensure_name_free(&self.home, &spec.name)?;
         let template = self.templates().resolve(&spec.template)?;
@@ -217,13 +221,12 @@ impl<R: Runtime> Engine<R> {
             spec.allow_home,
         )?;
         let (workspace, host_uncommitted) = uncommitted_of(workspace, spec.base.as_deref(), spec.include_uncommitted)?;
-        let (workspace, full_checkout) = match spec.cow {
-            true => self.copy_on_write(workspace)?,
-            false => (workspace, None),
-        };
+        let (workspace, chosen) = self.choose_checkout(workspace, spec.cow, template.template.workspace.cow)?;
+        let (workspace, chosen) = self.overlay_the_engine_mounts(workspace, chosen).await?;
         let mut request = self.finish_request(spec.name, template, workspace, options, spec.start)?;
         request.host_uncommitted = host_uncommitted;
-        request.warnings.extend(full_checkout);
+        request.checkout_why = chosen.why;
+        request.warnings.extend(chosen.warning);
         request.options.task_text = match task {
             Some(TaskSpec::File(path)) => {
                 let mut paths = HostPath::of_mounts(
@@ -237,31 +240,6 @@ impl<R: Runtime> Engine<R> {
             None => None,
         };
         Ok(request)
-    }
-
-    /// `--cow`: a git sandbox's workspace as a copy-on-write overlay, or why
-    /// it is a full checkout instead (a jj sandbox always is, and for now any
-    /// sandbox of a forage-ctl not running as root); refused for a
-    /// directory mounted as it is, which has no checkout to share.
-    fn copy_on_write(&self, workspace: WorkspaceRequest) -> Result<(WorkspaceRequest, Option<String>)> {
-        let why = match workspace {
-            // The overlay leaves root-owned scratch files in its work
-            // directory (ADR 0003), which only root can delete at `down`.
-            WorkspaceRequest::GitWorktree(_) if self.identity.uid != 0 => {
-                "--cow: the overlay leaves files only root can delete, and forage-ctl does not run as root, so the sandbox has a full checkout"
-            }
-            WorkspaceRequest::GitWorktree(git) => {
-                let (git, why) = git.copy_on_write(self.home.root(), &self.home.bases_dir());
-                return Ok((WorkspaceRequest::GitWorktree(git), why.map(|w| format!("--cow: {w}, so the sandbox has a full checkout"))));
-            }
-            WorkspaceRequest::Jj(_) => "--cow: jj sandboxes have no copy-on-write workspace yet, so the sandbox has a full checkout",
-            WorkspaceRequest::Direct(_) => {
-                return Err(Error::usage(
-                    "--cow makes a copy-on-write checkout of a git repository; --workspace mounts your directory as it is, with nothing to copy: leave out --cow, or pass --git-worktree",
-                ))
-            }
-        };
-        Ok((workspace, Some(why.to_owned())))
     }
 
     /// `--task`/`--task-file`, checked before anything is made: a template
@@ -374,6 +352,7 @@ impl<R: Runtime> Engine<R> {
             host_uncommitted: None,
             plan,
             warnings,
+            checkout_why: None,
             login_dir: false,
         };
         let workspace = request.workspace_record();

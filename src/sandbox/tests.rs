@@ -165,10 +165,10 @@ fn request<R: Runtime>(engine: &Engine<R>, name: &str, workspace: WorkspaceSpec)
         profile: None,
         agent_args: Vec::new(),
         include_uncommitted: false,
-        cow: false,
+        cow: None,
         no_project_toolchain: false,
     };
-    engine.prepare_up(spec).unwrap()
+    block_on(engine.prepare_up(spec)).unwrap()
 }
 
 /// A directory beside the test's FORAGE_HOME, for a direct workspace.

@@ -52,7 +52,7 @@ fn to_value(value: &impl Serialize) -> Result<Value> {
 /// warnings `up` would print.
 pub async fn create(engine: &Engine<Docker>, request: CreateRequest) -> Result<Value> {
     let spec = request.into_spec()?;
-    let prepared = engine.prepare_up(spec)?;
+    let prepared = engine.prepare_up(spec).await?;
     let mut warnings = prepared.warnings.clone();
     if let Some(found) = prepared.host_uncommitted.as_ref().filter(|f| !f.included) {
         warnings.push(format!(

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 use crate::runtime::Network;
 use crate::sandbox::{DiffPart, TaskSpec, UpSpec, WorkspaceSpec};
-use crate::template::DEFAULT_TEMPLATE;
+use crate::template::{CowPolicy, DEFAULT_TEMPLATE};
 use crate::workspace::review::LandHow;
 
 /// How the sandbox's workspace is made from `workspace`.
@@ -80,8 +80,13 @@ pub struct CreateRequest {
     pub profile: Option<String>,
     /// git: make /workspace a copy-on-write overlay on a base checkout shared
     /// by the sandboxes on the same tree (a full checkout where it cannot be).
+    /// Without it or `full_checkout`, the template's `workspace.cow` decides
+    /// (by default: copy-on-write for a tree of 20,000 files or more).
     #[serde(default)]
     pub cow: bool,
+    /// git: a full checkout of the sandbox's own, whatever the tree's size.
+    #[serde(default)]
+    pub full_checkout: bool,
     /// Create everything but do not start the container.
     #[serde(default)]
     pub no_start: bool,
@@ -103,6 +108,16 @@ impl CreateRequest {
         if let Some((key, _)) = self.env.iter().find(|(k, _)| k.is_empty() || k.contains(['=', ' ', '\t', '\n'])) {
             return Err(Error::usage(format!("invalid env name {key:?}: use a variable name without '=' or spaces")));
         }
+        let cow = match (self.cow, self.full_checkout) {
+            (true, true) => {
+                return Err(Error::usage(
+                    "cow and full_checkout are both true: a sandbox has one checkout; set one of them",
+                ))
+            }
+            (true, false) => Some(CowPolicy::Always),
+            (false, true) => Some(CowPolicy::Never),
+            (false, false) => None,
+        };
         let workspace = match self.mode {
             ModeArg::Auto => WorkspaceSpec::Repo(self.workspace),
             ModeArg::GitWorktree => WorkspaceSpec::GitWorktree(self.workspace),
@@ -130,7 +145,7 @@ impl CreateRequest {
             read_only: false,
             allow_home: false,
             start: !self.no_start,
-            cow: self.cow,
+            cow,
             agent_args: self.agent_args,
             include_uncommitted: self.include_uncommitted,
             task: self.task.map(TaskSpec::Text),
@@ -376,6 +391,7 @@ impl JobRequest {
             include_uncommitted: false,
             profile: None,
             cow: false,
+            full_checkout: false,
             no_start: false,
             agent_args: self.agent_args,
         };

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 pub use model::{
-    env_name_ok, secret_name_ok, Agent, BuildSpec, ImageSpec, Memory, MountSpec, Resources, StopSignal, Template,
-    WorkspacePolicy, SECRET_NAME_RULE,
+    env_name_ok, secret_name_ok, Agent, BuildSpec, CowPolicy, ImageSpec, Memory, MountSpec, Resources, StopSignal,
+    Template, WorkspacePolicy, SECRET_NAME_RULE,
 };
 pub use reference::check_image_reference;
 use shape::{check_shape, MAX_TEMPLATE_BYTES};

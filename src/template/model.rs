@@ -207,6 +207,31 @@ pub struct Agent {
 pub struct WorkspacePolicy {
     #[serde(default)]
     pub read_only: bool,
+    /// A git sandbox's checkout: copy-on-write or full (`up --cow` /
+    /// `--full-checkout` decide instead when given).
+    #[serde(default, skip_serializing_if = "CowPolicy::is_auto")]
+    pub cow: CowPolicy,
+}
+
+/// Whether a git-worktree sandbox's `/workspace` is a copy-on-write overlay
+/// on a shared base checkout (docs/adr/0003-copy-on-write-workspaces.md).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CowPolicy {
+    /// Copy-on-write for a tree of at least the threshold's files, where the
+    /// overlay can be made; a full checkout otherwise.
+    #[default]
+    Auto,
+    /// Copy-on-write wherever it can be made (as `up --cow`).
+    Always,
+    /// Always a full checkout (as `up --full-checkout`).
+    Never,
+}
+
+impl CowPolicy {
+    fn is_auto(&self) -> bool {
+        *self == CowPolicy::Auto
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

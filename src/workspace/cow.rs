@@ -95,6 +95,24 @@ pub fn unusable_home(home: &Path) -> Option<String> {
     }
 }
 
+/// Why this machine's kernel cannot mount the overlay, if it cannot: the
+/// overlay's `userxattr` option needs Linux 5.11 (ADR 0003, measurement 6).
+/// The engine mounts it on this machine (its layers are paths of this one's
+/// FORAGE_HOME), so this kernel is the engine's.
+pub fn kernel_too_old() -> Option<String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    // A release that does not read as one is left to the mount to judge.
+    older_than_5_11(&release)?
+        .then(|| format!("the kernel ({}) is older than 5.11, which the overlay needs", release.trim()))
+}
+
+/// `5.10.0-23-amd64` is older than 5.11; `None` for what is no release.
+fn older_than_5_11(release: &str) -> Option<bool> {
+    let mut parts = release.trim().split(['.', '-']).map(str::parse::<u32>);
+    let (major, minor) = (parts.next()?.ok()?, parts.next()?.ok()?);
+    Some((major, minor) < (5, 11))
+}
+
 /// Makes the base for `tree` under `bases` if there is none (`prepare`
 /// finishing its index), and adds `user` (`forage-<name>`, the sandbox's
 /// worktree id) as one of its users, all under the lock of `bases`.
@@ -149,7 +167,10 @@ fn make_base(
     let mut index = git2::Index::open(&temp.join("index")).map_err(err)?;
     index.read_tree(&tree).map_err(err)?;
     let mut opts = CheckoutBuilder::new();
-    opts.target_dir(&checkout).force().recreate_missing(true);
+    // libgit2 would record the written files' stat data in the repository's
+    // own index (the user's), not in `index`: the user's checkout would then
+    // look changed to every status read, which hashes all its files.
+    opts.target_dir(&checkout).force().recreate_missing(true).update_index(false);
     repo.checkout_index(Some(&mut index), Some(&mut opts)).map_err(err)?;
     record_stat_data(&mut index, &checkout)?;
     prepare(&mut index)?;
@@ -157,8 +178,9 @@ fn make_base(
     std::fs::write(checkout.join(".git"), GITLINK).map_err(err)
 }
 
-/// Puts each checked-out file's stat data in its index entry (libgit2 does
-/// not for a checkout into another directory), then waits, at most a second,
+/// Puts each checked-out file's stat data in its index entry (libgit2's
+/// checkout updates only the repository's own index, which `make_base` keeps
+/// it from touching), then waits, at most a second,
 /// until the clock has passed every file's mtime: git takes an entry as
 /// racily clean, and hashes its file again, when the file's mtime is not
 /// older than the index, in whole seconds. The files are forage's own, out
@@ -309,6 +331,37 @@ mod tests {
         assert_eq!(unused_bases(&bases, |_| true), vec![half.clone()]);
         remove_base(&bases, &half, |_| true).unwrap();
         assert!(!half.exists());
+    }
+
+    /// Making a base writes its own index only: libgit2's checkout would
+    /// otherwise put the base's stat data in the user's index, after which
+    /// every status read of the user's checkout (`up`'s) hashes every file.
+    #[test]
+    fn making_a_base_leaves_the_user_s_index_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("user");
+        let repo = Repository::init(&top).unwrap();
+        std::fs::create_dir_all(top.join("d")).unwrap();
+        let mut index = repo.index().unwrap();
+        for (path, content) in [("a.txt", "a\n"), ("d/b.txt", "b\n")] {
+            std::fs::write(top.join(path), content).unwrap();
+            index.add_path(Path::new(path)).unwrap();
+        }
+        index.write().unwrap();
+        let tree = index.write_tree().unwrap();
+        let before = std::fs::read(top.join(".git/index")).unwrap();
+
+        take_base(&repo, &dir.path().join("bases"), tree, "forage-one", |_| Ok(())).unwrap();
+        assert_eq!(std::fs::read(top.join(".git/index")).unwrap(), before, "the user's index was rewritten");
+    }
+
+    #[test]
+    fn kernels_older_than_5_11_are_told_apart() {
+        assert_eq!(older_than_5_11("5.10.0-23-amd64\n"), Some(true));
+        assert_eq!(older_than_5_11("4.19.0"), Some(true));
+        assert_eq!(older_than_5_11("5.11.0"), Some(false));
+        assert_eq!(older_than_5_11("6.18.0-rc1"), Some(false));
+        assert_eq!(older_than_5_11("linux"), None);
     }
 
     #[test]

@@ -317,27 +317,113 @@ fn cow_falls_back_to_a_full_checkout_saying_why_or_is_refused() {
 }
 
 /// `up --cow` on this run's engine: an overlay on Docker; on Podman, whose
-/// Engine API mounts the overlay volume empty, a refusal naming Podman and
-/// the way out (exit 2), and nothing left that `gc` does not clean.
+/// Engine API mounts the overlay volume empty, a full checkout instead, with
+/// a warning naming Podman (as for any engine that cannot make the overlay).
 #[test]
-fn up_cow_makes_an_overlay_on_docker_and_is_refused_on_podman() {
+fn up_cow_makes_an_overlay_on_docker_and_a_full_checkout_on_podman() {
     let env = Env::new();
     let repo = cow_repo(&env, "repo");
     let name = env.unique("cow-engine");
     let out = env.run(&["up", &name, "--git-worktree", repo.to_str().unwrap(), "--cow", "--no-start"]);
+    assert!(out.status.success(), "{}", describe(&out));
     let said = String::from_utf8_lossy(&out.stderr);
+    let cow = !env.json(&["status", &name, "--json"])["record"]["workspace"]["cow"].is_null();
     match test_engine() {
-        TestEngine::Docker => {
-            assert!(out.status.success(), "{}", describe(&out));
-            assert!(said.contains("workspace: copy-on-write"), "{said}");
-            env.ok(&["down", &name, "--discard"]);
-        }
+        TestEngine::Docker => assert!(cow && said.contains("workspace: copy-on-write"), "{said}"),
         TestEngine::PodmanRootless | TestEngine::PodmanRootful => {
-            assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
-            assert!(said.contains("--cow needs Docker") && said.contains("leave out --cow"), "{said}");
-            assert_eq!(env.json(&["list", "--json"]), serde_json::json!([]));
+            assert!(!cow, "{said}");
+            assert!(said.contains("Podman") && said.contains("full checkout"), "{said}");
+            assert!(env.home.join("workspaces").join(&name).join("a.txt").is_file());
         }
+    }
+    env.ok(&["down", &name, "--discard"]);
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left_but_archives();
+}
+
+/// A template of the host's tools whose `workspace.cow` is `policy`.
+fn cow_template(env: &Env, name: &str, policy: &str) {
+    let text = format!(
+        "description: cow tests\nhost_image:\n  require: [sh]\n  tools: [sh, cat, git]\nagent:\n  command: [sh]\nworkspace:\n  cow: {policy}\n"
+    );
+    std::fs::write(env.mkdir("config/forage/templates").join(format!("{name}.yaml")), text).unwrap();
+}
+
+/// `up --no-start` with FORAGE_COW_THRESHOLD at `threshold`: whether the
+/// sandbox's record is copy-on-write, and what `up` said.
+fn up_with_threshold(env: &Env, name: &str, threshold: &str, args: &[&str]) -> (bool, String) {
+    let out =
+        env.cmd(&[&["up", name, "--no-start"], args].concat()).env("FORAGE_COW_THRESHOLD", threshold).output().unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let cow = !env.json(&["status", name, "--json"])["record"]["workspace"]["cow"].is_null();
+    (cow, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn the_checkout_is_chosen_by_the_flags_then_the_template_then_the_tree_s_size() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let r = repo.to_str().unwrap();
+    let index_before = std::fs::read(repo.join(".git/index")).unwrap();
+    let files = git(&repo, &["ls-files"]).lines().count().to_string();
+    let one_more = (git(&repo, &["ls-files"]).lines().count() + 1).to_string();
+
+    // By default: copy-on-write from the threshold's number of files on.
+    let at = env.unique("cow-at");
+    let (cow, said) = up_with_threshold(&env, &at, &files, &["--git-worktree", r]);
+    assert!(cow, "{said}");
+    assert!(said.contains("copy-on-write over the shared base checkout"), "{said}");
+    assert!(said.contains(&format!("the tree has at least {files} files")), "{said}");
+    let below = env.unique("cow-below");
+    let (cow, said) = up_with_threshold(&env, &below, &one_more, &["--git-worktree", r]);
+    assert!(!cow, "{said}");
+    assert!(said.contains(&format!("workspace: a full checkout (the tree has fewer than {one_more} files")), "{said}");
+    assert!(env.home.join("workspaces").join(&below).join("a.txt").is_file());
+    // Making the base leaves the user's index as it was.
+    assert_eq!(std::fs::read(repo.join(".git/index")).unwrap(), index_before, "the user's index was rewritten");
+
+    // `--full-checkout` wins over the size, `--cow` over it.
+    let full = env.unique("cow-full");
+    let (cow, said) = up_with_threshold(&env, &full, "1", &["--git-worktree", r, "--full-checkout"]);
+    assert!(!cow && said.contains("workspace: a full checkout (--full-checkout)"), "{said}");
+    let asked = env.unique("cow-asked");
+    let (cow, said) = up_with_threshold(&env, &asked, &one_more, &["--git-worktree", r, "--cow"]);
+    assert!(cow && said.contains("(--cow; "), "{said}");
+
+    // The template's `workspace.cow`, unless a flag says otherwise.
+    cow_template(&env, "never", "never");
+    cow_template(&env, "always", "always");
+    let never = env.unique("cow-never");
+    let (cow, said) = up_with_threshold(&env, &never, "1", &["--git-worktree", r, "-t", "never"]);
+    assert!(!cow && said.contains("workspace: a full checkout (the template's workspace.cow: never)"), "{said}");
+    let always = env.unique("cow-always");
+    let (cow, said) = up_with_threshold(&env, &always, &one_more, &["--git-worktree", r, "-t", "always"]);
+    assert!(cow && said.contains("the template's workspace.cow: always"), "{said}");
+    let overridden = env.unique("cow-overridden");
+    let (cow, _) = up_with_threshold(&env, &overridden, &one_more, &["--git-worktree", r, "-t", "never", "--cow"]);
+    assert!(cow);
+
+    for name in [&at, &below, &full, &asked, &never, &always, &overridden] {
+        env.ok(&["down", name, "--discard"]);
     }
     env.ok(&["gc", "--force"]);
     env.assert_nothing_left_but_archives();
+}
+
+#[test]
+fn cow_and_full_checkout_together_or_a_bad_threshold_are_refused_with_nothing_made() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let before = repo_state(&repo);
+    let r = repo.to_str().unwrap();
+    let name = env.unique("cow-both");
+    let err = env.fails(&["up", &name, "--git-worktree", r, "--cow", "--full-checkout"], 2);
+    assert!(err.contains("--cow") && err.contains("--full-checkout"), "{err}");
+    let out = env.cmd(&["up", &name, "--git-worktree", r]).env("FORAGE_COW_THRESHOLD", "many").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("FORAGE_COW_THRESHOLD=\"many\"") && err.contains("whole number"), "{err}");
+    assert_eq!(repo_state(&repo), before);
+    env.assert_nothing_left();
+    assert_eq!(cow_volumes(&env), Vec::<String>::new());
 }

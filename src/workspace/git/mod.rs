@@ -191,20 +191,46 @@ impl GitRequest {
         if let Some(why) = cow::unusable_home(home) {
             return (self, Some(why));
         }
-        let tree = self
-            .workspace
-            .open()
-            .and_then(|repo| {
-                Ok(repo.find_commit(self.workspace.start_commit()?).and_then(|c| c.tree()).map(|t| t.id()))
-            })
-            .and_then(|found| found.map_err(ws_err));
-        match tree {
+        match self.with_start_tree(|t| Ok(t.id())) {
             Ok(tree) => {
                 self.workspace.cow = Some(CowLayers { base: bases.join(tree.to_string()) });
                 (self, None)
             }
             Err(e) => (self, Some(e.to_string())),
         }
+    }
+
+    /// Whether the start commit's tree holds at least `n` files (symlinks and
+    /// submodules count as files), counted only up to `n`: what deciding
+    /// between a full and a copy-on-write checkout may cost, whatever the
+    /// repository's size.
+    pub fn has_at_least_files(&self, n: usize) -> Result<bool> {
+        self.with_start_tree(|tree| {
+            let mut count = 0;
+            let walked = tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+                if entry.kind() != Some(git2::ObjectType::Tree) {
+                    count += 1;
+                }
+                if count >= n {
+                    git2::TreeWalkResult::Abort
+                } else {
+                    git2::TreeWalkResult::Ok
+                }
+            });
+            match walked {
+                // Stopping the walk early is what `Abort` reports as an error.
+                _ if count >= n => Ok(true),
+                Ok(()) => Ok(false),
+                Err(e) => Err(ws_err(format!("reading the tree of {}: {e}", self.workspace.repo.display()))),
+            }
+        })
+    }
+
+    /// `f` of the tree the sandbox starts from.
+    fn with_start_tree<T>(&self, f: impl FnOnce(&git2::Tree<'_>) -> Result<T>) -> Result<T> {
+        let repo = self.workspace.open()?;
+        let tree = repo.find_commit(self.workspace.start_commit()?).and_then(|c| c.tree()).map_err(ws_err)?;
+        f(&tree)
     }
 }
 
