@@ -360,33 +360,42 @@ fn three_agents_in_parallel_the_best_merged_nothing_else_changed() {
         let made = made.unwrap_or_else(|e| panic!("create {n}: {e}"));
         assert_ne!(made.is_error, Some(true), "create {n}: {:?}", made.structured_content);
     }
+    review_and_merge_the_best(&names, |op, args| ok(&client, op, args));
+    block_on(client.cancel()).unwrap();
+    only_the_best_landed(&env, &repo, &before, &base);
+}
+
+/// The fan-out's review, through `call` (an MCP tool or an HTTP endpoint):
+/// each sandbox of `names` commits an answer of one more line than the last,
+/// the diffs are compared, the shortest is squash-merged, and all go down.
+pub fn review_and_merge_the_best(names: &[String], call: impl Fn(&str, Value) -> Value) {
     for (i, n) in names.iter().enumerate() {
         let lines: Vec<String> = (1..=i + 1).map(|k| k.to_string()).collect();
         let work = format!(
             "cd /workspace && printf '{}\\n' > answer.txt && git add . && git commit -qm 'answer {i}'",
             lines.join("\\n")
         );
-        assert_eq!(ok(&client, "exec", json!({ "name": n, "command": ["sh", "-c", work] }))["exit_code"], 0);
+        assert_eq!(call("exec", json!({ "name": n, "command": ["sh", "-c", work] }))["exit_code"], 0);
     }
     // Reviewed: the shortest answer is the best.
-    let sizes: Vec<u64> = names
-        .iter()
-        .map(|n| ok(&client, "diff", json!({ "name": n }))["files"][0]["additions"].as_u64().unwrap())
-        .collect();
+    let sizes: Vec<u64> =
+        names.iter().map(|n| call("diff", json!({ "name": n }))["files"][0]["additions"].as_u64().unwrap()).collect();
     assert_eq!(sizes, [1, 2, 3]);
-    let merged = ok(&client, "merge", json!({ "name": names[0], "how": "squash", "message": "the best answer" }));
+    let merged = call("merge", json!({ "name": names[0], "how": "squash", "message": "the best answer" }));
     assert_eq!(merged["landed"], true, "{merged}");
-    for n in &names {
-        ok(&client, "down", json!({ "name": n }));
+    for n in names {
+        call("down", json!({ "name": n }));
     }
-    block_on(client.cancel()).unwrap();
+}
 
-    assert_eq!(git(&repo, &["log", "--format=%s", "main"]), "the best answer\ninitial\n");
+/// After the fan-out: `main` holds the best answer and nothing else changed
+/// (refs and worktrees as `before`, but for main at the landed commit from `base`).
+pub fn only_the_best_landed(env: &Env, repo: &std::path::Path, before: &str, base: &str) {
+    assert_eq!(git(repo, &["log", "--format=%s", "main"]), "the best answer\ninitial\n");
     assert_eq!(std::fs::read_to_string(repo.join("answer.txt")).unwrap(), "1\n");
-    // Refs and worktrees as before, but for main, now at the landed commit.
-    let main = git(&repo, &["rev-parse", "main"]).trim().to_owned();
-    assert_eq!(crate::git::repo_state_but_archives(&repo), before.replace(&base, &main));
-    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    let main = git(repo, &["rev-parse", "main"]).trim().to_owned();
+    assert_eq!(crate::git::repo_state_but_archives(repo), before.replace(base, &main));
+    assert_eq!(git(repo, &["status", "--porcelain"]), "");
     env.assert_nothing_left_but_archives();
 }
 

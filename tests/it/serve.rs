@@ -497,32 +497,7 @@ fn three_agents_in_parallel_over_http_the_best_merged_nothing_else_changed() {
             assert_eq!(status, 200, "create {n}: {answer}");
         }
     });
-    for (i, n) in names.iter().enumerate() {
-        let lines: Vec<String> = (1..=i + 1).map(|k| k.to_string()).collect();
-        let work = format!(
-            "cd /workspace && printf '{}\\n' > answer.txt && git add . && git commit -qm 'answer {i}'",
-            lines.join("\\n")
-        );
-        assert_eq!(served.ok("exec", json!({ "name": n, "command": ["sh", "-c", work] }))["exit_code"], 0);
-    }
-    // Reviewed: the shortest answer is the best.
-    let sizes: Vec<u64> = names
-        .iter()
-        .map(|n| served.ok("diff", json!({ "name": n }))["files"][0]["additions"].as_u64().unwrap())
-        .collect();
-    assert_eq!(sizes, [1, 2, 3]);
-    let merged = served.ok("merge", json!({ "name": names[0], "how": "squash", "message": "the best answer" }));
-    assert_eq!(merged["landed"], true, "{merged}");
-    for n in &names {
-        served.ok("down", json!({ "name": n }));
-    }
+    crate::mcp::review_and_merge_the_best(&names, |op, args| served.ok(op, args));
     assert!(served.stop().success());
-
-    assert_eq!(git(&repo, &["log", "--format=%s", "main"]), "the best answer\ninitial\n");
-    assert_eq!(std::fs::read_to_string(repo.join("answer.txt")).unwrap(), "1\n");
-    // Refs and worktrees as before, but for main, now at the landed commit.
-    let main = git(&repo, &["rev-parse", "main"]).trim().to_owned();
-    assert_eq!(crate::git::repo_state_but_archives(&repo), before.replace(&base, &main));
-    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
-    env.assert_nothing_left_but_archives();
+    crate::mcp::only_the_best_landed(&env, &repo, &before, &base);
 }
