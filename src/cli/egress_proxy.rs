@@ -33,9 +33,25 @@ pub async fn run(args: EgressProxyArgs) -> Result<i32> {
         }
     };
     tokio::select! {
-        r = crate::egress::proxy::serve(config) => r,
+        r = crate::egress::proxy::serve(config, stopped()) => r,
         r = dns => r,
     }
     .map_err(|e| Error::other(format!("egress proxy: {e}")))?;
     Ok(0)
+}
+
+/// Completes on SIGTERM (`docker stop`) or SIGINT: the proxy then writes the
+/// decisions still queued for its log and exits.
+async fn stopped() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // Without the handlers the signals end the process as before.
+        _ => std::future::pending().await,
+    }
 }
