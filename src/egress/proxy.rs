@@ -47,6 +47,7 @@ struct State {
     config: Config,
     map: Mutex<Loaded>,
     log: super::log::Writer,
+    names: super::names::Names,
     /// For the hosts whose keys the proxy sets (`super::intercept`).
     tls: super::intercept::Tls,
 }
@@ -87,7 +88,7 @@ pub async fn serve(config: Config, stop: impl std::future::Future<Output = ()>) 
     let tls = super::intercept::Tls::new(config.policy_dir.clone());
     let log = super::log::Writer::start(config.log_dir.clone())?;
     let map = Mutex::new((None, Arc::default()));
-    let state = Arc::new(State { config, map, log, tls });
+    let state = Arc::new(State { config, map, log, names: super::names::Names::default(), tls });
     tracing::info!("egress proxy listening on {}", listener.local_addr()?);
     let served = tokio::select! {
         r = accept_all(&state, &listener) => r,
@@ -117,7 +118,7 @@ async fn accept_all(state: &Arc<State>, listener: &TcpListener) -> std::io::Resu
     }
 }
 
-fn v4(addr: SocketAddr) -> Option<Ipv4Addr> {
+pub(super) fn v4(addr: SocketAddr) -> Option<Ipv4Addr> {
     match addr {
         SocketAddr::V4(a) => Some(*a.ip()),
         SocketAddr::V6(a) => a.ip().to_ipv4_mapped(),
@@ -257,21 +258,19 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
     };
     let addresses: Vec<Ipv4Addr> = match host {
         Host::Ip(ip) => vec![*ip],
-        Host::Name(name) => {
-            match tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::lookup_host((name.as_str(), port))).await {
-                Ok(Ok(addrs)) => addrs.filter_map(v4).collect(),
-                Ok(Err(e)) => {
-                    let why = format!("{name} does not resolve ({e})");
-                    state.log_now(decide(false, Some(why.clone()))).await;
-                    return Err((502, format!("forage: {why}\n")));
-                }
-                Err(_) => {
-                    let why = format!("resolving {name} timed out");
-                    state.log_now(decide(false, Some(why.clone()))).await;
-                    return Err((504, format!("forage: {why}\n")));
-                }
+        Host::Name(name) => match tokio::time::timeout(UPSTREAM_TIMEOUT, state.names.resolve(name, port)).await {
+            Ok(Ok(addrs)) => addrs,
+            Ok(Err(e)) => {
+                let why = format!("{name} does not resolve ({e})");
+                state.log_now(decide(false, Some(why.clone()))).await;
+                return Err((502, format!("forage: {why}\n")));
             }
-        }
+            Err(_) => {
+                let why = format!("resolving {name} timed out");
+                state.log_now(decide(false, Some(why.clone()))).await;
+                return Err((504, format!("forage: {why}\n")));
+            }
+        },
     };
     let mut refused = Vec::new();
     let usable: Vec<Ipv4Addr> =
