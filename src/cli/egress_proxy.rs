@@ -25,6 +25,12 @@ pub struct EgressProxyArgs {
 }
 
 pub async fn run(args: EgressProxyArgs) -> Result<i32> {
+    // A tunnel's bytes go into a socket by splice(2), which raises SIGPIPE
+    // when its peer is gone; forage-ctl keeps that signal's default (to end
+    // quietly when a pipe it prints to closes), which would end the proxy.
+    // Handled, it leaves the splice an EPIPE error, which ends one tunnel.
+    let _sigpipe = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::pipe())
+        .map_err(|e| Error::other(format!("egress proxy: handling SIGPIPE: {e}")))?;
     let config = crate::egress::proxy::Config { listen: args.listen, policy_dir: args.policy, log_dir: args.log };
     let dns = async {
         match args.dns {

@@ -5,7 +5,7 @@
 //! one. This module holds what both sides share: the allowlist (`policy`), the
 //! map of networks to sandboxes the proxy reads (`map`), its decision log
 //! (`log`), its name lookups (`names`), the TLS peek (`tls`), subnet choice
-//! (`subnet`) and the proxy itself (`proxy`).
+//! (`subnet`) and the proxy itself (`proxy`, its tunnels moved by `splice`).
 
 pub mod dns;
 pub mod inject;
@@ -15,6 +15,7 @@ pub mod map;
 pub mod names;
 pub mod policy;
 pub mod proxy;
+pub mod splice;
 pub mod subnet;
 pub mod tls;
 

@@ -349,7 +349,7 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         return intercept(state, sandbox, client, first, upstream, name).await;
     }
     if upstream.write_all(&first).await.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let _ = super::splice::both_ways(&mut client, &mut upstream).await;
     }
 }
 
@@ -414,7 +414,7 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     }
     head.push_str("Connection: close\r\n\r\n");
     if upstream.write_all(head.as_bytes()).await.is_ok() && upstream.write_all(&request.rest).await.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let _ = super::splice::both_ways(&mut client, &mut upstream).await;
     }
 }
 
