@@ -4,7 +4,15 @@
 //! two copies of every byte through user space), which cost a download
 //! through it about half its speed; a pipe moves references to the socket's
 //! pages instead, and holds at most `CHUNK` bytes a direction, in the kernel,
-//! while they are on their way (nothing when a tunnel is idle).
+//! while they are on their way.
+//!
+//! A pipe is charged to the user who runs the proxy (you) for its whole size
+//! while it exists, full or empty, and past that user's soft limit
+//! (`/proc/sys/fs/pipe-user-pages-soft`, 16384 pages by default) every new
+//! pipe of theirs, outside the proxy too, gets the smallest size. So at most
+//! `MAX_SPLICED` tunnels are spliced at once (2 pipes of 16 pages each: a
+//! quarter of the default limit); more, which an agent can open, are copied
+//! through the proxy's memory as before.
 
 use std::io::{Error, ErrorKind, Result};
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,14 +21,26 @@ use nix::fcntl::{splice, OFlag, SpliceFFlags};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 
 /// The most a direction moves in one splice: a pipe's default capacity.
 const CHUNK: usize = 64 << 10;
+/// Tunnels spliced at once at most (see the module's comment).
+const MAX_SPLICED: usize = 128;
+static SPLICED: Semaphore = Semaphore::const_new(MAX_SPLICED);
 
 /// Moves bytes both ways between `a` and `b` until each side has ended what
 /// it sends (passing each end on as a shutdown of writing), or one fails:
-/// what `tokio::io::copy_bidirectional` does, without the copies.
+/// what `tokio::io::copy_bidirectional` does, without the copies while fewer
+/// than `MAX_SPLICED` other tunnels are spliced.
 pub async fn both_ways(a: &mut TcpStream, b: &mut TcpStream) -> Result<()> {
+    match SPLICED.try_acquire() {
+        Ok(_slot) => spliced(a, b).await,
+        Err(_) => tokio::io::copy_bidirectional(a, b).await.map(|_| ()),
+    }
+}
+
+async fn spliced(a: &mut TcpStream, b: &mut TcpStream) -> Result<()> {
     let (a_in, mut a_out) = a.split();
     let (b_in, mut b_out) = b.split();
     tokio::try_join!(one_way(&a_in, &mut b_out), one_way(&b_in, &mut a_out))?;
@@ -72,52 +92,48 @@ mod tests {
         (a.unwrap(), b.unwrap().0)
     }
 
+    /// A client and a server through `both_ways`: each sends more than a pipe
+    /// holds while the other sends too; the server ends its own stream only
+    /// once the client's has ended (so an end not passed on hangs, and fails).
+    async fn exchange() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut client, mut proxy_in) = pair(&listener).await;
+        let (mut proxy_out, mut server) = pair(&listener).await;
+        let tunnel = tokio::spawn(async move { both_ways(&mut proxy_in, &mut proxy_out).await });
+        let up: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let down: Vec<u8> = (0..5_000_000u32).map(|i| (i % 241) as u8).collect();
+        let client_side = async {
+            let (mut r, mut w) = client.split();
+            let mut got = Vec::new();
+            let sent = async {
+                w.write_all(&up).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            tokio::join!(sent, async { r.read_to_end(&mut got).await.unwrap() });
+            got
+        };
+        let server_side = async {
+            let (mut r, mut w) = server.split();
+            let mut got = Vec::new();
+            tokio::join!(async { r.read_to_end(&mut got).await.unwrap() }, w.write_all(&down[..1_000_000])).1.unwrap();
+            w.write_all(&down[1_000_000..]).await.unwrap();
+            w.shutdown().await.unwrap();
+            got
+        };
+        let both = async { tokio::join!(client_side, server_side) };
+        let (c, s) = tokio::time::timeout(std::time::Duration::from_secs(120), both).await.expect("the tunnel hung");
+        assert!(c == down, "the client got {} bytes of {}", c.len(), down.len());
+        assert!(s == up, "the server got {} bytes of {}", s.len(), up.len());
+        tunnel.await.unwrap().unwrap();
+    }
+
     #[test]
     fn bytes_pass_both_ways_whole_and_in_order_and_each_end_is_passed_on() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let (mut client, mut proxy_in) = pair(&listener).await;
-            let (mut proxy_out, mut server) = pair(&listener).await;
-            let tunnel = tokio::spawn(async move { both_ways(&mut proxy_in, &mut proxy_out).await });
-            // More than a pipe holds, each way, while the other way is busy too.
-            let up: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-            let down: Vec<u8> = (0..5_000_000u32).map(|i| (i % 241) as u8).collect();
-            let (c, s) = tokio::join!(
-                async {
-                    let (mut r, mut w) = client.split();
-                    let (_, got) = tokio::join!(
-                        async {
-                            w.write_all(&up).await.unwrap();
-                            w.shutdown().await.unwrap()
-                        },
-                        async {
-                            let mut got = Vec::new();
-                            r.read_to_end(&mut got).await.unwrap();
-                            got
-                        }
-                    );
-                    got
-                },
-                async {
-                    let (mut r, mut w) = server.split();
-                    let (got, _) = tokio::join!(
-                        async {
-                            let mut got = Vec::new();
-                            r.read_to_end(&mut got).await.unwrap();
-                            got
-                        },
-                        async {
-                            w.write_all(&down).await.unwrap();
-                            w.shutdown().await.unwrap()
-                        }
-                    );
-                    got
-                }
-            );
-            assert!(c == down, "the client got {} bytes of {}", c.len(), down.len());
-            assert!(s == up, "the server got {} bytes of {}", s.len(), up.len());
-            tunnel.await.unwrap().unwrap();
-        });
+        rt.block_on(exchange());
+        // With every splice slot taken, the tunnel is copied, to the same effect.
+        let all = rt.block_on(SPLICED.acquire_many(MAX_SPLICED as u32)).unwrap();
+        rt.block_on(exchange());
+        drop(all);
     }
 }
