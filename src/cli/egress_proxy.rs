@@ -25,6 +25,12 @@ pub struct EgressProxyArgs {
 }
 
 pub async fn run(args: EgressProxyArgs) -> Result<i32> {
+    // A tunnel's bytes go into a socket by splice(2), which raises SIGPIPE
+    // when its peer is gone; forage-ctl keeps that signal's default (to end
+    // quietly when a pipe it prints to closes), which would end the proxy.
+    // Handled, it leaves the splice an EPIPE error, which ends one tunnel.
+    let _sigpipe = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::pipe())
+        .map_err(|e| Error::other(format!("egress proxy: handling SIGPIPE: {e}")))?;
     let config = crate::egress::proxy::Config { listen: args.listen, policy_dir: args.policy, log_dir: args.log };
     let dns = async {
         match args.dns {
@@ -33,9 +39,25 @@ pub async fn run(args: EgressProxyArgs) -> Result<i32> {
         }
     };
     tokio::select! {
-        r = crate::egress::proxy::serve(config) => r,
+        r = crate::egress::proxy::serve(config, stopped()) => r,
         r = dns => r,
     }
     .map_err(|e| Error::other(format!("egress proxy: {e}")))?;
     Ok(0)
+}
+
+/// Completes on SIGTERM (`docker stop`) or SIGINT: the proxy then writes the
+/// decisions still queued for its log and exits.
+async fn stopped() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // Without the handlers the signals end the process as before.
+        _ => std::future::pending().await,
+    }
 }

@@ -4,16 +4,18 @@
 //! of its own, joined to every restricted sandbox's network and to an outside
 //! one. This module holds what both sides share: the allowlist (`policy`), the
 //! map of networks to sandboxes the proxy reads (`map`), its decision log
-//! (`log`), the TLS peek (`tls`), subnet choice (`subnet`) and the proxy
-//! itself (`proxy`).
+//! (`log`), its name lookups (`names`), the TLS peek (`tls`), subnet choice
+//! (`subnet`) and the proxy itself (`proxy`, its tunnels moved by `splice`).
 
 pub mod dns;
 pub mod inject;
 pub mod intercept;
 pub mod log;
 pub mod map;
+pub mod names;
 pub mod policy;
 pub mod proxy;
+pub mod splice;
 pub mod subnet;
 pub mod tls;
 

@@ -46,7 +46,8 @@ type Loaded = (Option<(u64, SystemTime, u64)>, Arc<EgressMap>);
 struct State {
     config: Config,
     map: Mutex<Loaded>,
-    log: Mutex<()>,
+    log: super::log::Writer,
+    names: super::names::Names,
     /// For the hosts whose keys the proxy sets (`super::intercept`).
     tls: super::intercept::Tls,
 }
@@ -70,21 +71,35 @@ impl State {
         held.1.clone()
     }
 
-    fn log(&self, d: Decision) {
-        let _one = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(e) = super::log::append(&self.config.log_dir, &d) {
-            tracing::error!("logging a decision: {e}");
-        }
+    /// Logs an allowed connection (written by the log thread while its bytes flow).
+    async fn log(&self, d: Decision) {
+        self.log.record(d).await;
+    }
+
+    /// Logs a refusal, written before the client is answered.
+    async fn log_now(&self, d: Decision) {
+        self.log.record_now(d).await;
     }
 }
 
-/// Serves until the process is killed.
-pub async fn serve(config: Config) -> std::io::Result<()> {
+/// Serves until `stop` completes, then writes the decisions still queued.
+pub async fn serve(config: Config, stop: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
     let listener = TcpListener::bind(config.listen).await?;
     let tls = super::intercept::Tls::new(config.policy_dir.clone());
-    let state = Arc::new(State { config, map: Mutex::new((None, Arc::default())), log: Mutex::new(()), tls });
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let log = super::log::Writer::start(config.log_dir.clone())?;
+    let map = Mutex::new((None, Arc::default()));
+    let state = Arc::new(State { config, map, log, names: super::names::Names::default(), tls });
     tracing::info!("egress proxy listening on {}", listener.local_addr()?);
+    let served = tokio::select! {
+        r = accept_all(&state, &listener) => r,
+        () = stop => Ok(()),
+    };
+    state.log.finish().await;
+    served
+}
+
+async fn accept_all(state: &Arc<State>, listener: &TcpListener) -> std::io::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let permit = slots.clone().acquire_owned().await.map_err(std::io::Error::other)?;
         let (socket, _) = match listener.accept().await {
@@ -103,7 +118,7 @@ pub async fn serve(config: Config) -> std::io::Result<()> {
     }
 }
 
-fn v4(addr: SocketAddr) -> Option<Ipv4Addr> {
+pub(super) fn v4(addr: SocketAddr) -> Option<Ipv4Addr> {
     match addr {
         SocketAddr::V4(a) => Some(*a.ip()),
         SocketAddr::V6(a) => a.ip().to_ipv4_mapped(),
@@ -238,33 +253,31 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
     };
     let Some(how) = sandbox.allow.check(host, port) else {
         let why = "it is not in the sandbox's allowlist";
-        state.log(decide(false, Some(why.into())));
+        state.log_now(decide(false, Some(why.into()))).await;
         return Err((403, denial(&sandbox.name, host, port, why)));
     };
     let addresses: Vec<Ipv4Addr> = match host {
         Host::Ip(ip) => vec![*ip],
-        Host::Name(name) => {
-            match tokio::time::timeout(UPSTREAM_TIMEOUT, tokio::net::lookup_host((name.as_str(), port))).await {
-                Ok(Ok(addrs)) => addrs.filter_map(v4).collect(),
-                Ok(Err(e)) => {
-                    let why = format!("{name} does not resolve ({e})");
-                    state.log(decide(false, Some(why.clone())));
-                    return Err((502, format!("forage: {why}\n")));
-                }
-                Err(_) => {
-                    let why = format!("resolving {name} timed out");
-                    state.log(decide(false, Some(why.clone())));
-                    return Err((504, format!("forage: {why}\n")));
-                }
+        Host::Name(name) => match tokio::time::timeout(UPSTREAM_TIMEOUT, state.names.resolve(name, port)).await {
+            Ok(Ok(addrs)) => addrs,
+            Ok(Err(e)) => {
+                let why = format!("{name} does not resolve ({e})");
+                state.log_now(decide(false, Some(why.clone()))).await;
+                return Err((502, format!("forage: {why}\n")));
             }
-        }
+            Err(_) => {
+                let why = format!("resolving {name} timed out");
+                state.log_now(decide(false, Some(why.clone()))).await;
+                return Err((504, format!("forage: {why}\n")));
+            }
+        },
     };
     let mut refused = Vec::new();
     let usable: Vec<Ipv4Addr> =
         addresses.into_iter().filter(|ip| reachable(*ip, how).map_err(|why| refused.push(why)).is_ok()).collect();
     if usable.is_empty() {
         let why = if refused.is_empty() { format!("{host} has no IPv4 address") } else { refused.join("; ") };
-        state.log(decide(false, Some(why.clone())));
+        state.log_now(decide(false, Some(why.clone()))).await;
         return Err((403, denial(&sandbox.name, host, port, &why)));
     }
     let mut last = String::new();
@@ -279,7 +292,7 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
             Err(_) => last = format!("connecting to {ip}:{port} timed out"),
         }
     }
-    state.log(decide(true, Some(last.clone())));
+    state.log_now(decide(true, Some(last.clone()))).await;
     Err((502, format!("forage: {host}:{port} is allowed, but {last}\n")))
 }
 
@@ -319,23 +332,24 @@ async fn connect(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         Hello::Tls(Some(sni)) => Some(format!("its TLS names {sni:?}, not {host}")),
         Hello::Unreadable => Some("its TLS ClientHello cannot be read whole".to_owned()),
     };
-    let refused = mismatch.is_some();
-    state.log(Decision {
+    let decision = Decision {
         time: now(),
         sandbox: sandbox.name.clone(),
         host: host.to_string(),
         port,
-        allowed: !refused,
+        allowed: mismatch.is_none(),
         reason: mismatch,
-    });
-    if refused {
+    };
+    if !decision.allowed {
+        state.log_now(decision).await;
         return; // dropping both ends closes the tunnel
     }
+    state.log(decision).await;
     if let (true, Host::Name(name)) = (injected, &host) {
         return intercept(state, sandbox, client, first, upstream, name).await;
     }
     if upstream.write_all(&first).await.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let _ = super::splice::both_ways(&mut client, &mut upstream).await;
     }
 }
 
@@ -375,14 +389,16 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
         return refuse_plain_to_injected(state, sandbox, client, &host, port).await;
     }
     let Some(mut upstream) = open_or_answer(state, sandbox, &mut client, &host, port).await else { return };
-    state.log(Decision {
-        time: now(),
-        sandbox: sandbox.name.clone(),
-        host: host.to_string(),
-        port,
-        allowed: true,
-        reason: None,
-    });
+    state
+        .log(Decision {
+            time: now(),
+            sandbox: sandbox.name.clone(),
+            host: host.to_string(),
+            port,
+            allowed: true,
+            reason: None,
+        })
+        .await;
     let mut head = format!("{} {} {}\r\n", request.method, path, request.version);
     // The Host is the allowed one: a server shared by many names (a CDN)
     // routes by it, and must not be asked for another.
@@ -398,7 +414,7 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
     }
     head.push_str("Connection: close\r\n\r\n");
     if upstream.write_all(head.as_bytes()).await.is_ok() && upstream.write_all(&request.rest).await.is_ok() {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        let _ = super::splice::both_ways(&mut client, &mut upstream).await;
     }
 }
 
@@ -406,14 +422,16 @@ async fn forward(state: &State, sandbox: &Entry, mut client: TcpStream, request:
 /// travels in clear.
 async fn refuse_plain_to_injected(state: &State, sandbox: &Entry, mut client: TcpStream, host: &Host, port: u16) {
     let why = "the proxy sets this host's key, and only over HTTPS";
-    state.log(Decision {
-        time: now(),
-        sandbox: sandbox.name.clone(),
-        host: host.to_string(),
-        port,
-        allowed: false,
-        reason: Some(why.into()),
-    });
+    state
+        .log_now(Decision {
+            time: now(),
+            sandbox: sandbox.name.clone(),
+            host: host.to_string(),
+            port,
+            allowed: false,
+            reason: Some(why.into()),
+        })
+        .await;
     let text =
         format!("forage: sandbox {} may not reach {host}:{port} over plain HTTP: {why}; use https://\n", sandbox.name);
     let _ = respond(&mut client, 403, &text).await;
