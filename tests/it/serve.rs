@@ -3,6 +3,7 @@
 //! the token on TCP, 32 creates at once, three agents fanned out and the best
 //! merged, and a client or server that goes away mid-create.
 
+use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -399,12 +400,19 @@ fn exec_and_wait_stream_as_server_sent_events() {
     env.assert_nothing_left();
 }
 
-/// The volumes and networks the engine holds labelled with this test's home.
-fn labelled(env: &Env, kind: &str) -> String {
-    let filter = format!("label=forage.home={}", env.home.display());
-    let out = Command::new("docker").args([kind, "ls", "-q", "--filter", &filter]).output().unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
-    String::from_utf8(out.stdout).unwrap()
+/// The volumes and networks the engine under test holds labelled with this
+/// test's home, by name (through its API: the docker CLI would ask Docker
+/// whatever the engine under test is).
+fn labelled(env: &Env) -> (Vec<String>, Vec<String>) {
+    use bollard::query_parameters::{ListNetworksOptions, ListVolumesOptions};
+    let filters = || Some(HashMap::from([("label".to_owned(), vec![format!("forage.home={}", env.home.display())])]));
+    let api = env.docker();
+    let volumes = block_on(api.list_volumes(Some(ListVolumesOptions { filters: filters() }))).unwrap();
+    let networks = block_on(api.list_networks(Some(ListNetworksOptions { filters: filters() }))).unwrap();
+    (
+        volumes.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect(),
+        networks.into_iter().filter_map(|n| n.name).collect(),
+    )
 }
 
 #[test]
@@ -445,7 +453,7 @@ fn thirty_two_jobs_at_once_all_succeed_on_one_mirror_and_leave_nothing() {
     // holds the source's refs and the jobs' branches; the source is as it
     // was; gc finds nothing.
     assert_eq!(env.containers(), Vec::<String>::new());
-    assert_eq!((labelled(&env, "volume"), labelled(&env, "network")), (String::new(), String::new()));
+    assert_eq!(labelled(&env), (Vec::new(), Vec::new()));
     let mut kept: Vec<PathBuf> = env.home_files().into_iter().filter(|f| !f.starts_with(mirror)).collect();
     kept.sort();
     let mut expected: Vec<PathBuf> = names
