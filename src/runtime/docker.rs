@@ -138,6 +138,30 @@ impl Docker {
     /// The `seccomp=` security option. Docker takes the profile itself;
     /// Podman's compat API takes a file path (4.3 opens the value as a file),
     /// so for Podman the profile is written to a file it can read.
+    /// Creates the container `name` from `config`: a name taken is a
+    /// conflict; Podman's keep-id hiccup is tried again, a few times.
+    async fn create_container(&self, name: &str, config: ContainerCreateBody, podman: bool) -> Result<()> {
+        let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
+        let api = self.api().await?;
+        let mut hiccups = 0;
+        loop {
+            match api.create_container(Some(options.clone()), config.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_docker_conflict(&e) => {
+                    return Err(Error::conflict(format!(
+                        "a container named {name} already exists; remove it or pick another sandbox name"
+                    )))
+                }
+                Err(e) if podman && hiccups < KEEP_ID_RETRIES && is_podmans_keep_id_hiccup(&e) => {
+                    hiccups += 1;
+                    tracing::debug!("Podman's keep-id hiccup creating {name} ({e}); trying again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(hiccups))).await;
+                }
+                Err(e) => return Err(Error::docker(format!("creating container {name}"), e)),
+            }
+        }
+    }
+
     fn seccomp_option(&self, info: &EngineInfo) -> Result<String> {
         let profile = super::seccomp::profile();
         if !info.podman {
@@ -147,6 +171,19 @@ impl Docker {
         let path = super::engine_choice::seccomp_file(&dir, &profile)?;
         Ok(format!("seccomp={}", path.display()))
     }
+}
+
+/// How often a create that rootless Podman failed with its keep-id hiccup is tried again.
+const KEEP_ID_RETRIES: u32 = 5;
+
+/// Rootless Podman (4.3), creating containers with `keep-id` at the same
+/// time, now and then fails one with 500 "keep-id requires additional UIDs or
+/// GIDs defined in /etc/subuid and /etc/subgid … %!w(<nil>)": a nil error
+/// while it reads the user's subordinate ids, which are there. Nothing was
+/// made; the same create a moment later succeeds.
+fn is_podmans_keep_id_hiccup(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+        if message.contains("keep-id requires additional UIDs or GIDs"))
 }
 
 async fn connect(host: &str) -> Result<(bollard::Docker, EngineInfo)> {
@@ -486,17 +523,7 @@ impl Runtime for Docker {
             networking_config,
             ..Default::default()
         };
-        let options = CreateContainerOptions { name: Some(spec.name.clone()), ..Default::default() };
-        match self.api().await?.create_container(Some(options), config).await {
-            Ok(_) => {}
-            Err(e) if is_docker_conflict(&e) => {
-                return Err(Error::conflict(format!(
-                    "a container named {} already exists; remove it or pick another sandbox name",
-                    spec.name
-                )))
-            }
-            Err(e) => return Err(Error::docker(format!("creating container {}", spec.name), e)),
-        }
+        self.create_container(&spec.name, config, info.podman).await?;
         if info.podman {
             self.warn_if_limits_dropped(spec).await;
         }
@@ -809,6 +836,18 @@ fn no_ipv6() -> HashMap<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_podmans_keep_id_hiccup_is_tried_again() {
+        let server = |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.to_owned(),
+        };
+        let hiccup = "container create: keep-id requires additional UIDs or GIDs defined in /etc/subuid and /etc/subgid to function correctly: %!w(<nil>)";
+        assert!(super::is_podmans_keep_id_hiccup(&server(500, hiccup)));
+        assert!(!super::is_podmans_keep_id_hiccup(&server(409, hiccup)));
+        assert!(!super::is_podmans_keep_id_hiccup(&server(500, "no such image")));
+    }
+
     use super::*;
 
     #[test]
