@@ -55,19 +55,31 @@ pub fn free(range: (Ipv4Addr, u8), bits: u8, used: &[Subnet]) -> impl Iterator<I
 /// ("already used on the host"), Docker's and other engines' bridges among
 /// them. A line that does not parse is skipped.
 pub fn host_routes(proc_net_route: &str) -> Vec<Subnet> {
-    // Columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...;
-    // addresses in hex, as the kernel holds them (network order in memory).
-    let address = |hex: &str| u32::from_str_radix(hex, 16).ok().map(|v| Ipv4Addr::from(v.to_ne_bytes()));
-    proc_net_route
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (base, mask) = (address(fields.get(1)?)?, address(fields.get(7)?)?);
+    routes(proc_net_route)
+        .filter_map(|(base, _, mask)| {
             let bits = u32::from(mask).count_ones() as u8;
             (bits > 0).then_some(Subnet { base, bits })
         })
         .collect()
+}
+
+/// The default route's gateway in `/proc/net/route`'s text, if there is one.
+pub fn default_gateway(proc_net_route: &str) -> Option<Ipv4Addr> {
+    routes(proc_net_route)
+        .find(|(base, gateway, mask)| base.is_unspecified() && mask.is_unspecified() && !gateway.is_unspecified())
+        .map(|(_, gateway, _)| gateway)
+}
+
+/// Each route of `/proc/net/route`'s text: destination, gateway and mask. A
+/// line that does not parse is skipped.
+fn routes(proc_net_route: &str) -> impl Iterator<Item = (Ipv4Addr, Ipv4Addr, Ipv4Addr)> + '_ {
+    // Columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...;
+    // addresses in hex, as the kernel holds them (network order in memory).
+    let address = |hex: &str| u32::from_str_radix(hex, 16).ok().map(|v| Ipv4Addr::from(v.to_ne_bytes()));
+    proc_net_route.lines().skip(1).filter_map(move |line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        Some((address(fields.get(1)?)?, address(fields.get(2)?)?, address(fields.get(7)?)?))
+    })
 }
 
 #[cfg(test)]
@@ -84,8 +96,10 @@ mod tests {
         let routes: Vec<String> = host_routes(table).iter().map(|s| s.to_string()).collect();
         if cfg!(target_endian = "little") {
             assert_eq!(routes, ["192.168.1.0/24", "10.213.0.16/28"]);
+            assert_eq!(default_gateway(table), Some(Ipv4Addr::new(192, 168, 1, 1)));
         }
         assert_eq!(routes.len(), 2);
+        assert_eq!(default_gateway(&table.replace("eth0\t00000000\t0101A8C0", "eth0\t00000000\t00000000")), None);
     }
 
     #[test]

@@ -2,10 +2,20 @@
 //! ports, as forage runs it in its own container. Each `--forward
 //! LISTEN_PORT=ADDR:PORT` listens on every address of the forwarder's
 //! container (the engine publishes it on the host's 127.0.0.1 only) and
-//! copies each connection both ways to the sandbox. It reads nothing of what
-//! it copies.
+//! copies each connection from the host both ways to the sandbox. It reads
+//! nothing of what it copies.
+//!
+//! Only the host is served. The engine's published port reaches the
+//! forwarder from the host's address on the network that carries the
+//! forwarder's default route: that route's gateway (the forwarder's own
+//! network for a restricted sandbox, the default bridge for a `full` one).
+//! Anything else that reaches a listener — another sandbox on the default
+//! bridge, or one that got across while Docker 20.10 briefly lifts its
+//! isolation between networks (it deletes and re-inserts its `FORWARD -j
+//! DOCKER-ISOLATION-STAGE-1` jump each time any network is made) — is closed
+//! unanswered.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use tokio::net::{TcpListener, TcpStream};
 
@@ -32,12 +42,19 @@ impl std::fmt::Display for Forward {
     }
 }
 
-/// Serves every forward until one listener fails.
+/// Serves every forward to the host until one listener fails.
 pub async fn serve(forwards: Vec<Forward>) -> std::io::Result<()> {
+    serve_admitting(forwards, from_the_host).await
+}
+
+/// Who a connection is from decides whether it is served: `admit(peer)`.
+type Admit = fn(IpAddr) -> bool;
+
+async fn serve_admitting(forwards: Vec<Forward>, admit: Admit) -> std::io::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for f in forwards {
         let listener = TcpListener::bind(("0.0.0.0", f.listen)).await?;
-        tasks.spawn(accept(listener, f.to));
+        tasks.spawn(accept(listener, f.to, admit));
     }
     match tasks.join_next().await {
         Some(Ok(r)) => r,
@@ -46,9 +63,12 @@ pub async fn serve(forwards: Vec<Forward>) -> std::io::Result<()> {
     }
 }
 
-async fn accept(listener: TcpListener, to: SocketAddr) -> std::io::Result<()> {
+async fn accept(listener: TcpListener, to: SocketAddr, admit: Admit) -> std::io::Result<()> {
     loop {
-        let (mut inbound, _) = listener.accept().await?;
+        let (mut inbound, peer) = listener.accept().await?;
+        if !admit(peer.ip()) {
+            continue;
+        }
         tokio::spawn(async move {
             // The sandbox not listening (yet) closes the connection: the
             // client sees a reset, as it would talking to the port directly.
@@ -56,6 +76,18 @@ async fn accept(listener: TcpListener, to: SocketAddr) -> std::io::Result<()> {
             let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
         });
     }
+}
+
+/// Whether a connection from `peer` is the host's: `peer` is the gateway
+/// of the forwarder's default route, read now (a network joined or left
+/// since the start changes it; no default route, nobody is).
+fn from_the_host(peer: IpAddr) -> bool {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    is_gateway(peer, crate::egress::subnet::default_gateway(&routes))
+}
+
+fn is_gateway(peer: IpAddr, gateway: Option<Ipv4Addr>) -> bool {
+    matches!((peer.to_canonical(), gateway), (IpAddr::V4(peer), Some(gateway)) if peer == gateway)
 }
 
 #[cfg(test)]
@@ -70,6 +102,40 @@ mod tests {
         assert!("3000".parse::<Forward>().is_err());
     }
 
+    #[test]
+    fn only_the_gateway_of_the_default_route_is_served() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let gateway = Some(Ipv4Addr::new(10, 215, 0, 9));
+        assert!(is_gateway(ip("10.215.0.9"), gateway));
+        assert!(is_gateway(ip("::ffff:10.215.0.9"), gateway));
+        assert!(!is_gateway(ip("10.215.0.9"), None));
+        // Another container on the forwarder's network, another network's
+        // gateway, a sandbox on the default bridge, a restricted sandbox.
+        for peer in ["10.215.0.11", "10.215.0.1", "172.17.0.5", "10.213.0.19", "127.0.0.1", "::1"] {
+            assert!(!is_gateway(ip(peer), gateway), "{peer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_not_from_the_host_is_closed_unanswered() {
+        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = backend.local_addr().unwrap();
+        let listen = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        tokio::spawn(serve(vec![Forward { listen, to }]));
+        let mut client = loop {
+            match TcpStream::connect(("127.0.0.1", listen)).await {
+                Ok(c) => break c,
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        };
+        let _ = client.write_all(b"ping").await;
+        let mut got = Vec::new();
+        let _ = client.read_to_end(&mut got).await;
+        assert!(got.is_empty());
+        let accepted = tokio::time::timeout(std::time::Duration::from_millis(200), backend.accept()).await;
+        assert!(accepted.is_err(), "the forwarder connected to the sandbox for a stranger");
+    }
+
     #[tokio::test]
     async fn a_connection_is_copied_both_ways() {
         let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -80,9 +146,11 @@ mod tests {
             s.read_exact(&mut buf).await.unwrap();
             s.write_all(&buf.map(|b| b.to_ascii_uppercase())).await.unwrap();
         });
-        // A free port for the forwarder's listener.
+        // A free port for the forwarder's listener, which here admits
+        // loopback (the host's own address on a forwarder's network is no
+        // address of this machine).
         let listen = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
-        tokio::spawn(serve(vec![Forward { listen, to }]));
+        tokio::spawn(serve_admitting(vec![Forward { listen, to }], |_| true));
         let mut client = loop {
             match TcpStream::connect(("127.0.0.1", listen)).await {
                 Ok(c) => break c,

@@ -574,13 +574,20 @@ fn host_get(ip: &str, port: u16) -> Option<String> {
     text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())
 }
 
+/// Whether `curl -v` says the server closed the connection it took without
+/// an answer (closed at once, or reset: the request was still arriving).
+fn closed_unanswered(curl_said: &str) -> bool {
+    !curl_said.contains(A_ANSWERS)
+        && (curl_said.contains("Empty reply from server") || curl_said.contains("Connection reset by peer"))
+}
+
 /// What sandbox A's server answers.
 const A_ANSWERS: &str = "served by sandbox A";
 
 /// Sandbox A (restricted) serving `A_ANSWERS` on :3000 from tests/it/fixtures/serve.c
 /// and publishing it: its host port, its address, and its forwarder's two
-/// (on A's network, and on the network it publishes from).
-fn serving_a(w: &World, a: &str) -> (u16, String, Vec<String>) {
+/// (on the network it publishes from, then on A's network).
+fn serving_a(w: &World, a: &str) -> (u16, String, [String; 2]) {
     let ws = w.env.mkdir("ws-a");
     let source = crate::templates::write(&w.env.path("serve.c"), include_str!("fixtures/serve.c"));
     static_program(&source, &ws.join("serve"));
@@ -591,30 +598,39 @@ fn serving_a(w: &World, a: &str) -> (u16, String, Vec<String>) {
     w.env.ok(&["up", a, "--workspace", &ws, "-t", "net-serve", "--network", "restricted", "--publish", "3000"]);
     let status = w.env.json(&["status", a, "--json"]);
     let host_port = status["record"]["ports"][0]["host_port"].as_u64().unwrap() as u16;
-    let forwarder = inspect(&format!("forage-{a}-Ports")).unwrap();
-    let networks = forwarder.network_settings.unwrap().networks.unwrap();
-    let forwarder_ips = networks.into_values().filter_map(|e| e.ip_address).collect();
-    (host_port, str_of(&status["record"]["egress"]["sandbox_address"]), forwarder_ips)
+    let forwarder = format!("forage-{a}-Ports");
+    let mut networks = inspect(&forwarder).unwrap().network_settings.unwrap().networks.unwrap();
+    assert_eq!(networks.len(), 2, "{networks:?}");
+    let mut ip_on = |network: &str| networks.remove(network).and_then(|e| e.ip_address).unwrap();
+    let own = ip_on(&forwarder);
+    let on_a = ip_on(&str_of(&status["record"]["egress"]["network"]));
+    (host_port, str_of(&status["record"]["egress"]["sandbox_address"]), [own, on_a])
 }
 
 #[test]
 fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     let w = World::new();
     let (a, b, c) = (w.env.unique("net-pa"), w.env.unique("net-pb"), w.env.unique("net-pc"));
-    let (host_port, a_ip, forwarder_ips) = serving_a(&w, &a);
-    assert_eq!(forwarder_ips.len(), 2, "{forwarder_ips:?}");
-    // Each way in works where it should: the host at 127.0.0.1 and at the
-    // forwarder's own network; A at its address and its forwarder's.
+    let (host_port, a_ip, [forwarder_ip, forwarder_on_a]) = serving_a(&w, &a);
+    // The way in works: the host at 127.0.0.1, and at the forwarder's own
+    // network (the host's address there is the one the engine's published
+    // port comes from); A at its own address.
     assert!(eventually(60, || host_get("127.0.0.1", host_port).as_deref() == Some(A_ANSWERS)), "A is not published");
-    let mut targets = vec![format!("{a_ip}:3000")];
-    for ip in &forwarder_ips {
-        let (_, out) = w.sh(&a, &format!("curl -sS -m 30 --noproxy '*' http://{ip}:3000/"));
-        let from_host = host_get(ip, 3000);
-        assert!(out.trim() == A_ANSWERS || from_host.as_deref() == Some(A_ANSWERS), "{ip}:3000 answers nobody: {out}");
-        targets.push(format!("{ip}:3000"));
-    }
+    assert_eq!(host_get(&forwarder_ip, 3000).as_deref(), Some(A_ANSWERS), "the forwarder does not serve the host");
     let (_, out) = w.sh(&a, &format!("curl -sS -m 30 --noproxy '*' http://{a_ip}:3000/"));
     assert_eq!(out.trim(), A_ANSWERS, "A does not answer at its own address");
+    // The forwarder serves nobody else, even a container on its own
+    // network: A at the forwarder's address there gets no answer (nor does
+    // the host, which has no address on A's internal network).
+    let (_, out) = w.sh(&a, &format!("curl -v -sS -m 30 --noproxy '*' http://{forwarder_on_a}:3000/"));
+    assert!(out.contains(&format!("Connected to {forwarder_on_a}")), "A did not reach its forwarder: {out}");
+    assert!(closed_unanswered(&out), "the forwarder served A: {out}");
+    assert_ne!(
+        host_get(&forwarder_on_a, 3000).as_deref(),
+        Some(A_ANSWERS),
+        "the forwarder served the host on A's network"
+    );
+    let targets = [a_ip.clone(), forwarder_ip.clone(), forwarder_on_a].map(|ip| format!("{ip}:3000"));
 
     // B (restricted) and C (full) reach none of it, directly or (B) through
     // the proxy. (Reaching is getting A's answer: on some hosts, a
@@ -625,14 +641,14 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     let docker0 = gateway("bridge");
     let outside = str_of(&w.network(&b).0["outside_network"]);
     for sandbox in [&b, &c] {
-        let mut direct = targets.clone();
+        let mut direct = targets.to_vec();
         direct.push(format!("{docker0}:{host_port}"));
         for target in &direct {
             let (_, out) = w.sh(sandbox, &format!("curl -sS -m 20 --noproxy '*' http://{target}/"));
             assert!(!out.contains(A_ANSWERS), "{sandbox} reached {target}: {out}");
         }
     }
-    let mut proxied = targets;
+    let mut proxied = targets.to_vec();
     proxied.push(format!("{}:{host_port}", gateway(&outside)));
     proxied.push(format!("127.0.0.1:{host_port}"));
     let proxy = str_of(&w.network(&b).1["proxy_address"]);
@@ -646,6 +662,18 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
             "B reached {target} through the proxy: {out}"
         );
     }
+    // C on the forwarder's network itself, as Docker 20.10 lets a container
+    // on another bridge be for a moment whenever any network is made (it
+    // lifts its isolation jump and puts it back): C's connection is taken,
+    // and closed unanswered.
+    let forwarder = format!("forage-{a}-Ports");
+    let join = bollard::models::NetworkConnectRequest { container: format!("forage-{c}"), ..Default::default() };
+    block_on(docker().connect_network(&forwarder, join)).unwrap();
+    let (_, out) = w.sh(&c, &format!("curl -v -sS -m 30 --noproxy '*' http://{forwarder_ip}:3000/"));
+    let leave = NetworkDisconnectRequest { container: format!("forage-{c}"), force: Some(true) };
+    block_on(docker().disconnect_network(&forwarder, leave)).unwrap();
+    assert!(out.contains(&format!("Connected to {forwarder_ip}")), "C did not reach the forwarder: {out}");
+    assert!(closed_unanswered(&out), "the forwarder served C: {out}");
     w.env.ok(&["down", &a, &b, &c]);
     w.env.ok(&["gc", "--force"]);
     assert_eq!(w.networks(), Vec::<String>::new());
