@@ -9,6 +9,7 @@ pub mod git;
 pub mod jj;
 pub mod reach;
 pub mod review;
+pub(crate) mod tree_lookup;
 pub mod untrusted;
 mod worktree_files;
 

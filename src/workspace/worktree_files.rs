@@ -31,6 +31,7 @@ use nix::sys::stat::{FileStat, SFlag};
 use sha1::{Digest, Sha1};
 
 use super::dirty_memo::Observed;
+use super::tree_lookup::{differing_files, TreeLookup};
 use super::untrusted::{Descent, Dir, Kind};
 use crate::error::{Error, Result};
 
@@ -160,7 +161,68 @@ pub fn read_layered(
     how: Reading,
 ) -> Result<WorktreeFiles> {
     let layers = Layers { lower, upper: HashMap::new() };
-    Ok(walk(repo, rules, upper, Known::Tree(committed), how, None, Some(layers))?.0)
+    Ok(walk(repo, rules, upper, Known::Tree(committed), how, None, Some((layers, None)))?.0)
+}
+
+/// The paths by which a copy-on-write workspace differs from `committed`
+/// (the agent's HEAD), sorted, and what could not be read ("path: why"):
+/// what `read_layered` and `changed_against` give, in O(the upper layer's
+/// entries and the difference between the two trees) instead of
+/// O(repository). The upper layer is walked as `read_layered` walks it, with
+/// the two trees looked up by path as the walk asks; then
+/// - a file the upper layer holds counts if the committed tree lacks it or
+///   has another;
+/// - a committed file the upper layer deletes (a whiteout, an opaque
+///   directory, a file or directory in its place that is not it) counts;
+/// - a file the lower layer shows through counts where the base tree and the
+///   committed one differ.
+pub fn changed_layered(
+    repo: &Repository,
+    rules: &HostRules,
+    upper: &Path,
+    lower: &TreeLookup<'_>,
+    committed: &TreeLookup<'_>,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let layers = Layers { lower: HashMap::new(), upper: HashMap::new() };
+    let lazy = LazyTrees { committed, lower };
+    let (files, _, uppers) =
+        walk(repo, rules, upper, Known::Tree(HashMap::new()), Reading::Look, None, Some((layers, Some(lazy))))?;
+    let uppers = Layers { lower: HashMap::new(), upper: uppers.unwrap_or_default() };
+    let seen: HashSet<&[u8]> = files.files.iter().map(|f| f.path.as_slice()).collect();
+    let mut changed: std::collections::BTreeSet<Vec<u8>> = files.unread.iter().cloned().collect();
+    for f in &files.files {
+        if committed.file(&f.path).map_err(err)? != Some((f.mode, f.id)) {
+            changed.insert(f.path.clone());
+        }
+    }
+    for (path, upper) in &uppers.upper {
+        let below = match upper {
+            Upper::Whiteout | Upper::Other | Upper::Dir { opaque: true } => committed.files_under(path),
+            // A directory merged with the lower one replaces only a file of its name.
+            Upper::Dir { opaque: false } => {
+                committed.file(path).map(|f| f.map(|(m, id)| (path.clone(), m, id)).into_iter().collect())
+            }
+        };
+        for (file, _, _) in below.map_err(err)? {
+            if !seen.contains(file.as_slice()) {
+                changed.insert(file);
+            }
+        }
+    }
+    for path in differing_files(lower, committed).map_err(err)? {
+        if !seen.contains(path.as_slice()) && uppers.shows(&path) {
+            changed.insert(path);
+        }
+    }
+    let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
+    Ok((changed.into_iter().map(|p| String::from_utf8_lossy(&p).into_owned()).collect(), skipped))
+}
+
+/// `changed_layered`'s trees, looked up by path as its walk asks: the
+/// committed tree (what is tracked) and the base tree (the lower layer).
+struct LazyTrees<'t> {
+    committed: &'t TreeLookup<'t>,
+    lower: &'t TreeLookup<'t>,
 }
 
 /// What an upper-layer entry does to the lower layer's entry of its name.
@@ -219,19 +281,24 @@ pub fn read_observed(
     known: Known,
     how: Reading,
 ) -> Result<(WorktreeFiles, Observed)> {
-    let (files, observed) = walk(repo, rules, root, known, how, Some(Observed::default()), None)?;
+    let (files, observed, _) = walk(repo, rules, root, known, how, Some(Observed::default()), None)?;
     Ok((files, observed.unwrap_or_default()))
 }
 
-fn walk(
-    repo: &Repository,
+/// What a walk found, what decided it (if asked) and, when it walked an
+/// upper layer with its trees looked up lazily, the upper layer's entries.
+type Walked = (WorktreeFiles, Option<Observed>, Option<HashMap<Vec<u8>, Upper>>);
+
+fn walk<'t>(
+    repo: &'t Repository,
     rules: &HostRules,
     root: &Path,
     known: Known,
     how: Reading,
     observed: Option<Observed>,
-    layers: Option<Layers>,
-) -> Result<(WorktreeFiles, Option<Observed>)> {
+    layers: Option<(Layers, Option<LazyTrees<'t>>)>,
+) -> Result<Walked> {
+    let (layers, lazy) = layers.map_or((None, None), |(layers, lazy)| (Some(layers), lazy));
     let (tracked, since, jj): (HashMap<Vec<u8>, Tracked>, _, _) = match known {
         Known::Index(index) => {
             let mtime = index.path().and_then(|p| std::fs::metadata(p).ok()).and_then(|m| m.modified().ok());
@@ -276,15 +343,21 @@ fn walk(
         rel: Vec::new(),
         left: how.budget(),
         layers,
+        lazy,
     };
     walk.run(Dir::open(root).map_err(err)?)?;
+    let mut uppers = None;
     if let Some(layers) = walk.layers.take() {
-        let have: HashSet<Vec<u8>> =
-            walk.out.files.iter().map(|f| f.path.clone()).chain(walk.out.unseen.iter().cloned()).collect();
-        walk.out.files.extend(layers.shown(&have));
+        if walk.lazy.is_some() {
+            uppers = Some(layers.upper);
+        } else {
+            let have: HashSet<Vec<u8>> =
+                walk.out.files.iter().map(|f| f.path.clone()).chain(walk.out.unseen.iter().cloned()).collect();
+            walk.out.files.extend(layers.shown(&have));
+        }
     }
     walk.out.files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok((walk.out, walk.observed))
+    Ok((walk.out, walk.observed, uppers))
 }
 
 fn stage(e: &IndexEntry) -> u16 {
@@ -380,9 +453,30 @@ struct Walk<'a> {
     left: u64,
     /// Set when the walk reads a copy-on-write upper layer.
     layers: Option<Layers>,
+    /// Set when what is tracked and the lower layer are trees looked up by
+    /// path (`changed_layered`), not `tracked` and `layers.lower`.
+    lazy: Option<LazyTrees<'a>>,
 }
 
 impl Walk<'_> {
+    /// The committed file at `rel`: (mode, id); a submodule's is its commit
+    /// as forage knows it.
+    fn tracked_file(&self, rel: &[u8]) -> Result<Option<(u32, Oid)>> {
+        match &self.lazy {
+            Some(lazy) => lazy.committed.file(rel).map_err(err),
+            None => Ok(self.tracked.get(rel).map(|e| (e.mode(), e.id()))),
+        }
+    }
+
+    /// Whether `rel` is a directory that holds committed files, or (an upper
+    /// layer) one of the lower layer's.
+    fn tracked_dir(&self, rel: &[u8]) -> Result<bool> {
+        match &self.lazy {
+            Some(lazy) => Ok(lazy.committed.is_dir(rel).map_err(err)? || lazy.lower.is_dir(rel).map_err(err)?),
+            None => Ok(self.tracked_dirs.contains(rel)),
+        }
+    }
+
     /// Walks every directory from `root`, depth first, one at a time
     /// (`untrusted::Descent`: no recursion, a bounded number of descriptors;
     /// the agent chooses the depth and the width).
@@ -486,18 +580,7 @@ impl Walk<'_> {
             walk.data_mut().rules = self.lower_rules();
         }
         let dir = walk.dir();
-        if let Some(observed) = &mut self.observed {
-            match dir.stat() {
-                Ok(st) => observed.dir(&self.rel, &st),
-                Err(_) => observed.lost(),
-            }
-            // Its rules decided what was ignored, whatever the file itself is.
-            match has_rules.then(|| dir.lstat(".gitignore")) {
-                Some(Ok(Some(st))) => observed.file(OsStr::new(".gitignore"), &st),
-                None | Some(Ok(None)) => {}
-                Some(Err(_)) => observed.lost(),
-            }
-        }
+        self.observe_dir(dir, has_rules);
         let rules: Vec<&Gitignore> = walk.chain().filter_map(|l| l.rules.as_ref()).collect();
         let mut dirs = Vec::new();
         for (name, kind) in entries {
@@ -512,18 +595,18 @@ impl Walk<'_> {
             if self.layered_entry(dir, &name, kind, &rel) == Some(Upper::Whiteout) {
                 continue;
             }
-            if let Some(e) = self.tracked.get(&rel).filter(|e| e.mode() == MODE_GITLINK) {
-                // A submodule: its commit as forage knows it.
-                self.out.files.push(FileEntry { path: rel, mode: e.mode(), id: e.id() });
+            let tracked = self.tracked_file(&rel)?;
+            if let Some((mode, id)) = tracked.filter(|(mode, _)| *mode == MODE_GITLINK) {
+                self.out.files.push(FileEntry { path: rel, mode, id });
                 continue;
             }
             if let Err(why) = super::git::import::refused_name(name.as_bytes(), kind) {
                 self.skip(&rel, why);
                 continue;
             }
-            let tracked = self.tracked.contains_key(&rel);
+            let tracked = tracked.is_some();
             match kind {
-                Kind::Dir if self.tracked_dirs.contains(&rel) || !self.ignored(&rules, &rel, true) => dirs.push(name),
+                Kind::Dir if self.tracked_dir(&rel)? || !self.ignored(&rules, &rel, true) => dirs.push(name),
                 Kind::File | Kind::Symlink if tracked || !self.ignored(&rules, &rel, false) => {
                     if let Some(entry) = self.file(dir, &name, rel, kind)? {
                         self.out.files.push(entry);
@@ -534,6 +617,22 @@ impl Walk<'_> {
             }
         }
         Ok(dirs)
+    }
+
+    /// Records (for a memo) the stat data of the directory at `self.rel`,
+    /// and of its `.gitignore` if it has one: its rules decided what was
+    /// ignored, whatever the file itself is.
+    fn observe_dir(&mut self, dir: &Dir, has_rules: bool) {
+        let Some(observed) = &mut self.observed else { return };
+        match dir.stat() {
+            Ok(st) => observed.dir(&self.rel, &st),
+            Err(_) => observed.lost(),
+        }
+        match has_rules.then(|| dir.lstat(".gitignore")) {
+            Some(Ok(Some(st))) => observed.file(OsStr::new(".gitignore"), &st),
+            None | Some(Ok(None)) => {}
+            Some(Err(_)) => observed.lost(),
+        }
     }
 
     /// Lists the directory at `self.rel` as skipped, with why.
@@ -593,11 +692,17 @@ impl Walk<'_> {
             path.push(b'/');
         }
         path.extend_from_slice(b".gitignore");
-        let (mode, id) = layers.lower.get(&path).filter(|_| layers.shows(&path))?;
-        if *mode == MODE_LINK || *mode == MODE_GITLINK {
+        if !layers.shows(&path) {
             return None;
         }
-        let blob = self.repo.find_blob(*id).ok()?;
+        let (mode, id) = match &self.lazy {
+            Some(lazy) => lazy.lower.file(&path).ok()??,
+            None => *layers.lower.get(&path)?,
+        };
+        if mode == MODE_LINK || mode == MODE_GITLINK {
+            return None;
+        }
+        let blob = self.repo.find_blob(id).ok()?;
         (blob.size() as u64 <= MAX_IGNORE_FILE).then(|| self.rules_of(blob.content()))?
     }
 
@@ -935,6 +1040,124 @@ mod tests {
         assert!(files.skipped.is_empty(), "{:?}", files.skipped);
     }
 
+    /// A tree of `files` ((path, content)) in `repo`, and its files by path.
+    fn tree_of(repo: &Repository, files: &[(&str, &str)]) -> (Oid, HashMap<Vec<u8>, (u32, Oid)>) {
+        let entries: Vec<FileEntry> = files
+            .iter()
+            .map(|(p, t)| FileEntry {
+                path: p.as_bytes().to_vec(),
+                mode: MODE_FILE,
+                id: repo.blob(t.as_bytes()).unwrap(),
+            })
+            .collect();
+        let map = entries.iter().map(|f| (f.path.clone(), (f.mode, f.id))).collect();
+        (WorktreeFiles { files: entries, ..Default::default() }.write_tree(repo).unwrap(), map)
+    }
+
+    /// What `agent_layer` over the base changes from the agent's HEAD.
+    const CHANGED_BY_THE_AGENT_LAYER: &[&str] = &[
+        "a.txt",
+        "committed-only.txt",
+        "d/deep/y.txt",
+        "d/new.txt",
+        "f",
+        "f/inside.txt",
+        "gone.txt",
+        "o/added.txt",
+        "o/fresh.txt",
+        "o/old.txt",
+        "o/sub/k.txt",
+        "t",
+        "t/u.txt",
+        "untouched/m.txt",
+        "untouched/n.txt",
+        "w/more.txt",
+        "w/z.txt",
+    ];
+
+    /// The upper layer of `the_changes_of_layers_read_in_o_changes_are_the_full_reads`.
+    fn agent_layer(upper: &Path) {
+        use nix::sys::stat::{mknod, Mode, SFlag};
+        let whiteout = |path: &Path| mknod(path, SFlag::S_IFCHR, Mode::empty(), 0).unwrap();
+        whiteout(&upper.join("gone.txt"));
+        std::fs::create_dir_all(upper.join("d/deep")).unwrap();
+        whiteout(&upper.join("d/deep/y.txt"));
+        std::fs::write(upper.join("d/new.txt"), "new\n").unwrap();
+        std::fs::write(upper.join("d/x.txt"), "x2\n").unwrap();
+        std::fs::create_dir(upper.join("o")).unwrap();
+        xattr::set(upper.join("o"), "user.overlay.opaque", b"y").unwrap();
+        std::fs::write(upper.join("o/fresh.txt"), "fresh\n").unwrap();
+        whiteout(&upper.join("w"));
+        std::fs::create_dir(upper.join("f")).unwrap();
+        xattr::set(upper.join("f"), "user.overlay.opaque", b"y").unwrap();
+        std::fs::write(upper.join("f/inside.txt"), "i\n").unwrap();
+        std::fs::write(upper.join("t"), "now a file\n").unwrap();
+        std::fs::write(upper.join("same.txt"), "s\n").unwrap();
+        std::fs::write(upper.join("noise.log"), "ignored by the lower layer's .gitignore\n").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", upper.join("a.txt")).unwrap();
+    }
+
+    /// `changed_layered` (O(changes)) says what a full layered read compared
+    /// with the committed files says, for an upper layer that edits, adds,
+    /// deletes files and directories, makes a directory opaque, replaces a
+    /// file with a directory and a directory with a file, and a committed
+    /// tree the agent moved on from the base (edits, additions, deletions,
+    /// some under what the upper layer deletes or replaces).
+    #[test]
+    fn the_changes_of_layers_read_in_o_changes_are_the_full_reads() {
+        let (dir, repo) = repo_with_worktree();
+        let upper = dir.path().join("wt");
+        let (base, lower) = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a\n"),
+                ("gone.txt", "g\n"),
+                ("same.txt", "s\n"),
+                ("d/x.txt", "x\n"),
+                ("d/deep/y.txt", "y\n"),
+                ("o/old.txt", "old\n"),
+                ("o/sub/k.txt", "k\n"),
+                ("w/z.txt", "z\n"),
+                ("f", "a file the agent makes a directory\n"),
+                ("t/u.txt", "a directory the agent makes a file\n"),
+                ("untouched/m.txt", "m\n"),
+                ("untouched/n.txt", "n\n"),
+                (".gitignore", "*.log\n"),
+            ],
+        );
+        // The agent's HEAD: it committed some edits of its own.
+        let (head, committed) = tree_of(
+            &repo,
+            &[
+                ("a.txt", "a\n"),
+                ("gone.txt", "g\n"),
+                ("same.txt", "s\n"),
+                ("d/x.txt", "x2\n"),
+                ("d/deep/y.txt", "y\n"),
+                ("o/old.txt", "old\n"),
+                ("o/sub/k.txt", "k\n"),
+                ("o/added.txt", "under an opaque directory\n"),
+                ("w/z.txt", "z\n"),
+                ("w/more.txt", "under a whiteout\n"),
+                ("f", "a file the agent makes a directory\n"),
+                ("t/u.txt", "a directory the agent makes a file\n"),
+                ("untouched/m.txt", "m2\n"),
+                // untouched/n.txt deleted, which the lower layer still shows.
+                ("committed-only.txt", "c\n"),
+                (".gitignore", "*.log\n"),
+            ],
+        );
+        agent_layer(&upper);
+        let rules = HostRules::of(&repo);
+        let full = read_layered(&repo, &rules, &upper, lower, committed.clone(), Reading::Look).unwrap();
+        let expected = full.changed_against(committed);
+        let (lower, head) = (TreeLookup::in_host(&repo, base), TreeLookup::in_host(&repo, head));
+        let (changed, skipped) = changed_layered(&repo, &rules, &upper, &lower, &head).unwrap();
+        assert_eq!(changed, expected);
+        assert!(skipped.is_empty(), "{skipped:?}");
+        assert_eq!(changed, CHANGED_BY_THE_AGENT_LAYER, "and what that is, for the reader");
+    }
+
     #[test]
     fn names_git_refuses_big_files_and_fifos_are_skipped_saying_why() {
         let (dir, repo) = repo_with_worktree();
@@ -1035,6 +1258,7 @@ mod tests {
                 rel: b"a/b".to_vec(),
                 left: 0,
                 layers: None,
+                lazy: None,
             };
             // Walking a/b, with x and y left to walk at the top and z in a.
             let top = Level { subdirs: vec!["x".into(), "y".into()], rel_len: 0, rules: None };

@@ -128,6 +128,15 @@ fn the_same_agent_actions_give_the_same_results_with_and_without_cow() {
     let dirty = |name: &str| env.json(&["status", name, "--json"])["git"]["dirty"].clone();
     assert_eq!(dirty(&cow), dirty(&full));
     assert_eq!(dirty(&cow).as_array().map(Vec::len), Some(13), "{}", dirty(&cow));
+    // list counts them the same way, against the agent's own HEAD (its
+    // commit not synced yet).
+    let rows = env.json(&["list", "--json"]);
+    let listed = |name: &str| {
+        let row = rows.as_array().unwrap().iter().find(|r| r["name"] == name).unwrap().clone();
+        (row["dirty"].as_u64(), row["ahead"].as_u64())
+    };
+    assert_eq!(listed(&cow), listed(&full));
+    assert_eq!(listed(&cow), (Some(13), Some(1)), "{rows}");
     let diff = |name: &str| env.ok(&["diff", name]);
     assert_eq!(diff(&cow), diff(&full));
     env.ok(&["sync", &full]);

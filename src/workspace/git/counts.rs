@@ -80,6 +80,18 @@ impl GitWorkspace {
         peek: &mut LazyPeek<'_>,
     ) -> Count {
         let repo = peek.repo;
+        if let (Some(_), Some(commit)) = (&self.cow, compared) {
+            // Copy-on-write: O(changed files), so worth no memo.
+            let committed = match peek.get().and_then(|p| p.commit_lookup(commit)) {
+                Ok(lookup) => lookup,
+                Err(why) => return Count::Unknown(format!("the agent's HEAD: {why}")),
+            };
+            return match self.changed_layers(repo, rules, &committed) {
+                Ok(Some((changed, _))) => Count::Exact(changed.len()),
+                Ok(None) => Count::Exact(0),
+                Err(e) => Count::Unknown(e.to_string()),
+            };
+        }
         let key = self.memo_key(compared, rules);
         if let Some(dirty) = Memo::load(private).and_then(|m| m.dirty_if_unchanged(&key, &self.path)) {
             return Count::Exact(dirty);

@@ -32,6 +32,7 @@ use git2::{BranchType, ErrorCode, ObjectType, Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
 use super::cow::{self, CowLayers};
+use super::tree_lookup::TreeLookup;
 use super::untrusted::{remove_created_dir, Dir};
 use super::worktree_files::{self, Known, Reading};
 use super::{commit_line, AtStake, Inside, Mode, Part, Scope, Synced, Workspace, WorkspaceStatus};
@@ -658,8 +659,14 @@ impl GitWorkspace {
         repo: &Repository,
         rules: &worktree_files::HostRules,
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let Some((files, _)) = self.read_worktree(repo, rules, false)? else { return Ok(Default::default()) };
         let tree = self.tip(repo).map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+        if let Some(tree) = &tree {
+            let committed = TreeLookup::in_host(repo, tree.id());
+            if let Some(changes) = self.changed_layers(repo, rules, &committed)? {
+                return Ok(changes);
+            }
+        }
+        let Some((files, _)) = self.read_worktree(repo, rules, false)? else { return Ok(Default::default()) };
         let changed = files.changed_since(repo, tree.as_ref())?;
         let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
         Ok((changed, skipped))
@@ -721,6 +728,25 @@ impl GitWorkspace {
             None => lower.clone(),
         };
         worktree_files::read_layered(repo, rules, &upper, lower, committed, how).map(Some)
+    }
+
+    /// Copy-on-write: the paths by which the agent's files differ from
+    /// `committed`, and what could not be read ("path: why"), in O(changed
+    /// files) (`worktree_files::changed_layered`); `None` when this is no
+    /// copy-on-write sandbox. With its upper layer gone, nothing differs.
+    pub(crate) fn changed_layers(
+        &self,
+        repo: &Repository,
+        rules: &worktree_files::HostRules,
+        committed: &TreeLookup<'_>,
+    ) -> Result<Option<(Vec<String>, Vec<String>)>> {
+        let Some(layers) = &self.cow else { return Ok(None) };
+        let upper = cow::upper(&self.path);
+        if !upper.is_dir() {
+            return Ok(Some(Default::default()));
+        }
+        let lower = TreeLookup::in_host(repo, layers.tree()?);
+        worktree_files::changed_layered(repo, rules, &upper, &lower, committed).map(Some)
     }
 
     /// What a memo of the DIRTY count is valid for, besides the worktree's own

@@ -201,13 +201,24 @@ impl<'a> Peek<'a> {
 
     /// The files of commit `id`'s tree, by path: (mode, id).
     pub fn commit_files(&self, id: Oid) -> Result<HashMap<Vec<u8>, (u32, Oid)>, String> {
-        let tree = if self.in_host(id) {
+        self.tree_files(self.commit_tree(id)?)
+    }
+
+    /// Commit `id`'s tree.
+    pub fn commit_tree(&self, id: Oid) -> Result<Oid, String> {
+        Ok(if self.in_host(id) {
             self.host.find_commit(id).map_err(|e| e.message().to_owned())?.tree_id()
         } else {
             let data = self.agent_object(id, ObjectType::Commit)?;
             super::fsck::check_commit(&data).map_err(|why| format!("commit {id}: {why}"))?.tree
-        };
-        self.tree_files(tree)
+        })
+    }
+
+    /// Commit `id`'s tree, looked up by path as it is asked for (each tree
+    /// from the host if it has it, else from the agent's loose objects).
+    pub fn commit_lookup(&self, id: Oid) -> Result<crate::workspace::tree_lookup::TreeLookup<'_>, String> {
+        let tree = self.commit_tree(id)?;
+        Ok(crate::workspace::tree_lookup::TreeLookup::new(tree, Box::new(move |id| self.tree_entries(id))))
     }
 
     /// Every entry of `tree` but its trees, by path, reading each tree from
