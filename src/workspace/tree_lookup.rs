@@ -50,6 +50,11 @@ impl<'r> TreeLookup<'r> {
         TreeLookup::new(root, Box::new(read))
     }
 
+    #[cfg(test)]
+    pub fn root(&self) -> Oid {
+        self.root
+    }
+
     /// The entries of tree `id`.
     pub fn entries(&self, id: Oid) -> Result<std::rc::Rc<Entries>, String> {
         if let Some(entries) = self.trees.borrow().get(&id) {

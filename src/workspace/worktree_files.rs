@@ -168,14 +168,7 @@ pub fn read_layered(
 /// (the agent's HEAD), sorted, and what could not be read ("path: why"):
 /// what `read_layered` and `changed_against` give, in O(the upper layer's
 /// entries and the difference between the two trees) instead of
-/// O(repository). The upper layer is walked as `read_layered` walks it, with
-/// the two trees looked up by path as the walk asks; then
-/// - a file the upper layer holds counts if the committed tree lacks it or
-///   has another;
-/// - a committed file the upper layer deletes (a whiteout, an opaque
-///   directory, a file or directory in its place that is not it) counts;
-/// - a file the lower layer shows through counts where the base tree and the
-///   committed one differ.
+/// O(repository). See `LayeredChanges::read`.
 pub fn changed_layered(
     repo: &Repository,
     rules: &HostRules,
@@ -183,39 +176,127 @@ pub fn changed_layered(
     lower: &TreeLookup<'_>,
     committed: &TreeLookup<'_>,
 ) -> Result<(Vec<String>, Vec<String>)> {
-    let layers = Layers { lower: HashMap::new(), upper: HashMap::new() };
-    let lazy = LazyTrees { committed, lower };
-    let (files, _, uppers) =
-        walk(repo, rules, upper, Known::Tree(HashMap::new()), Reading::Look, None, Some((layers, Some(lazy))))?;
-    let uppers = Layers { lower: HashMap::new(), upper: uppers.unwrap_or_default() };
-    let seen: HashSet<&[u8]> = files.files.iter().map(|f| f.path.as_slice()).collect();
-    let mut changed: std::collections::BTreeSet<Vec<u8>> = files.unread.iter().cloned().collect();
-    for f in &files.files {
-        if committed.file(&f.path).map_err(err)? != Some((f.mode, f.id)) {
-            changed.insert(f.path.clone());
-        }
-    }
-    for (path, upper) in &uppers.upper {
-        let below = match upper {
-            Upper::Whiteout | Upper::Other | Upper::Dir { opaque: true } => committed.files_under(path),
-            // A directory merged with the lower one replaces only a file of its name.
-            Upper::Dir { opaque: false } => {
-                committed.file(path).map(|f| f.map(|(m, id)| (path.clone(), m, id)).into_iter().collect())
+    let changes = LayeredChanges::read(repo, rules, upper, lower, committed, Reading::Look)?;
+    Ok((changes.changed(), changes.skipped()))
+}
+
+/// How a copy-on-write workspace differs from the agent's HEAD, read in
+/// O(changed files).
+pub struct LayeredChanges {
+    /// The paths that differ, as bytes.
+    changed: std::collections::BTreeSet<Vec<u8>>,
+    /// What the upper layer holds that was read (files, symlinks, submodules).
+    files: WorktreeFiles,
+    /// The upper layer's entries.
+    uppers: Layers,
+}
+
+impl LayeredChanges {
+    /// Walks the upper layer as `read_layered` walks it, with the two trees
+    /// looked up by path as the walk asks; then
+    /// - a file the upper layer holds counts if the committed tree lacks it
+    ///   or has another;
+    /// - a committed file the upper layer deletes (a whiteout, an opaque
+    ///   directory, a file or directory in its place that is not it) counts;
+    /// - a file the lower layer shows through counts where the base tree and
+    ///   the committed one differ.
+    pub fn read(
+        repo: &Repository,
+        rules: &HostRules,
+        upper: &Path,
+        lower: &TreeLookup<'_>,
+        committed: &TreeLookup<'_>,
+        how: Reading,
+    ) -> Result<LayeredChanges> {
+        let layers = Layers { lower: HashMap::new(), upper: HashMap::new() };
+        let lazy = LazyTrees { committed, lower };
+        let (files, _, uppers) =
+            walk(repo, rules, upper, Known::Tree(HashMap::new()), how, None, Some((layers, Some(lazy))))?;
+        let uppers = Layers { lower: HashMap::new(), upper: uppers.unwrap_or_default() };
+        let seen: HashSet<&[u8]> = files.files.iter().map(|f| f.path.as_slice()).collect();
+        let mut changed: std::collections::BTreeSet<Vec<u8>> = files.unread.iter().cloned().collect();
+        for f in &files.files {
+            if committed.file(&f.path).map_err(err)? != Some((f.mode, f.id)) {
+                changed.insert(f.path.clone());
             }
+        }
+        for (path, upper) in &uppers.upper {
+            let below = match upper {
+                Upper::Whiteout | Upper::Other | Upper::Dir { opaque: true } => committed.files_under(path),
+                // A directory merged with the lower one replaces only a file of its name.
+                Upper::Dir { opaque: false } => {
+                    committed.file(path).map(|f| f.map(|(m, id)| (path.clone(), m, id)).into_iter().collect())
+                }
+            };
+            for (file, _, _) in below.map_err(err)? {
+                if !seen.contains(file.as_slice()) {
+                    changed.insert(file);
+                }
+            }
+        }
+        for path in differing_files(lower, committed).map_err(err)? {
+            if !seen.contains(path.as_slice()) && uppers.shows(&path) {
+                changed.insert(path);
+            }
+        }
+        Ok(LayeredChanges { changed, files, uppers })
+    }
+
+    /// The paths that differ, sorted.
+    pub fn changed(&self) -> Vec<String> {
+        self.changed.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect()
+    }
+
+    /// What could not be read: "path: why".
+    pub fn skipped(&self) -> Vec<String> {
+        self.files.skipped.iter().map(|(path, why)| format!("{path}: {why}")).collect()
+    }
+
+    /// What could not be read: (path, why).
+    pub fn take_skipped(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.files.skipped)
+    }
+
+    /// The workspace's files as a tree (after a read that stored them): the
+    /// committed tree with each changed path made what the layers show, in
+    /// O(changes). What could not be read is kept as committed, never
+    /// deleted (as `WorktreeFiles::write_tree_keeping`).
+    pub fn write_tree(&self, repo: &Repository, lower: &TreeLookup<'_>, committed: &Tree) -> Result<Oid> {
+        let held: HashMap<&[u8], &FileEntry> = self.files.files.iter().map(|f| (f.path.as_slice(), f)).collect();
+        let under = |path: &[u8], above: &[u8]| {
+            path == above || (path.starts_with(above) && path.get(above.len()) == Some(&b'/'))
         };
-        for (file, _, _) in below.map_err(err)? {
-            if !seen.contains(file.as_slice()) {
-                changed.insert(file);
+        // Removals first, then what is there now: libgit2 refuses one update
+        // that makes a directory where another removes a file of its name.
+        let (mut removals, mut additions) =
+            (git2::build::TreeUpdateBuilder::new(), git2::build::TreeUpdateBuilder::new());
+        for path in &self.changed {
+            if self.files.unseen.iter().any(|u| under(path, u)) {
+                continue;
             }
+            let now = match held.get(path.as_slice()) {
+                Some(f) => Some((f.mode, f.id)),
+                None if self.uppers.shows(path) => lower.file(path).map_err(err)?,
+                None => None,
+            };
+            match now {
+                Some((mode, id)) => additions.upsert(path.as_slice(), id, file_mode(mode)),
+                None => removals.remove(path.as_slice()),
+            };
         }
+        let removed = removals.create_updated(repo, committed).map_err(err)?;
+        additions.create_updated(repo, &repo.find_tree(removed).map_err(err)?).map_err(err)
     }
-    for path in differing_files(lower, committed).map_err(err)? {
-        if !seen.contains(path.as_slice()) && uppers.shows(&path) {
-            changed.insert(path);
-        }
+}
+
+/// A tree entry's mode as git2 names it.
+fn file_mode(mode: u32) -> git2::FileMode {
+    match mode {
+        MODE_EXEC => git2::FileMode::BlobExecutable,
+        MODE_LINK => git2::FileMode::Link,
+        MODE_GITLINK => git2::FileMode::Commit,
+        _ => git2::FileMode::Blob,
     }
-    let skipped = files.skipped.into_iter().map(|(path, why)| format!("{path}: {why}")).collect();
-    Ok((changed.into_iter().map(|p| String::from_utf8_lossy(&p).into_owned()).collect(), skipped))
 }
 
 /// `changed_layered`'s trees, looked up by path as its walk asks: the
@@ -1149,12 +1230,19 @@ mod tests {
         );
         agent_layer(&upper);
         let rules = HostRules::of(&repo);
+        let (lower_files, committed_files) = (lower.clone(), committed.clone());
         let full = read_layered(&repo, &rules, &upper, lower, committed.clone(), Reading::Look).unwrap();
         let expected = full.changed_against(committed);
         let (lower, head) = (TreeLookup::in_host(&repo, base), TreeLookup::in_host(&repo, head));
         let (changed, skipped) = changed_layered(&repo, &rules, &upper, &lower, &head).unwrap();
         assert_eq!(changed, expected);
         assert!(skipped.is_empty(), "{skipped:?}");
+        // The archive's tree, stored: the same tree either way.
+        let stored = read_layered(&repo, &rules, &upper, lower_files, committed_files, Reading::Store).unwrap();
+        let head_tree = repo.find_tree(head.root()).unwrap();
+        let changes = LayeredChanges::read(&repo, &rules, &upper, &lower, &head, Reading::Store).unwrap();
+        let tree = changes.write_tree(&repo, &lower, &head_tree).unwrap();
+        assert_eq!(tree, stored.write_tree_keeping(&repo, &head_tree).unwrap());
         assert_eq!(changed, CHANGED_BY_THE_AGENT_LAYER, "and what that is, for the reader");
     }
 

@@ -963,32 +963,9 @@ impl GitWorkspace {
     ) -> Result<()> {
         let tip = self.tip(repo);
         let unique = self.unique_commits()?;
-        let files = match self.view()? {
-            _ if self.cow.is_some() => {
-                self.read_layers(repo, &worktree_files::HostRules::of(repo), Reading::TakeOver)?
-            }
-            Some(view) => {
-                let index = view.index().map_err(ws_err)?;
-                Some(worktree_files::read(&view, &self.path, Known::Index(index), Reading::TakeOver)?)
-            }
-            None => None,
-        };
-        let (dirty, tree) = match files {
-            Some(files) => {
-                let parent_tree =
-                    tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
-                let dirty = files.changed_since(repo, parent_tree.as_ref())?;
-                let tree = match (&parent_tree, dirty.is_empty()) {
-                    (_, true) => None,
-                    (Some(parent), false) => Some(files.write_tree_keeping(repo, parent)?),
-                    (None, false) => Some(files.write_tree(repo)?),
-                };
-                for (source, why) in files.skipped {
-                    out.not_archived.push(NotArchived { source, why });
-                }
-                (dirty, tree)
-            }
-            None => (Vec::new(), None),
+        let (dirty, tree) = match self.archive_layers(repo, tip, out)? {
+            Some(layered) => layered,
+            None => self.archive_files(repo, tip, out)?,
         };
         if tree.is_none() && unique == 0 {
             return Ok(());
@@ -1012,6 +989,70 @@ impl GitWorkspace {
             source: None,
         });
         Ok(())
+    }
+
+    /// The worktree's files that differ from the branch's tip, read (and
+    /// taken over) in full, and their tree if any differ.
+    fn archive_files(
+        &self,
+        repo: &Repository,
+        tip: Option<Oid>,
+        out: &mut ArchiveOutcome,
+    ) -> Result<(Vec<String>, Option<Oid>)> {
+        let files = match self.view()? {
+            _ if self.cow.is_some() => {
+                self.read_layers(repo, &worktree_files::HostRules::of(repo), Reading::TakeOver)?
+            }
+            Some(view) => {
+                let index = view.index().map_err(ws_err)?;
+                Some(worktree_files::read(&view, &self.path, Known::Index(index), Reading::TakeOver)?)
+            }
+            None => None,
+        };
+        Ok(match files {
+            Some(files) => {
+                let parent_tree =
+                    tip.map(|t| repo.find_commit(t).and_then(|c| c.tree())).transpose().map_err(ws_err)?;
+                let dirty = files.changed_since(repo, parent_tree.as_ref())?;
+                let tree = match (&parent_tree, dirty.is_empty()) {
+                    (_, true) => None,
+                    (Some(parent), false) => Some(files.write_tree_keeping(repo, parent)?),
+                    (None, false) => Some(files.write_tree(repo)?),
+                };
+                for (source, why) in files.skipped {
+                    out.not_archived.push(NotArchived { source, why });
+                }
+                (dirty, tree)
+            }
+            None => (Vec::new(), None),
+        })
+    }
+
+    /// `archive_files` for a copy-on-write workspace on a branch with a tip:
+    /// the changes read from the layers and made a tree in O(changed files)
+    /// (`LayeredChanges`); `None` for any other workspace.
+    fn archive_layers(
+        &self,
+        repo: &Repository,
+        tip: Option<Oid>,
+        out: &mut ArchiveOutcome,
+    ) -> Result<Option<(Vec<String>, Option<Oid>)>> {
+        let (Some(layers), Some(tip)) = (&self.cow, tip) else { return Ok(None) };
+        let upper = cow::upper(&self.path);
+        if !upper.is_dir() {
+            return Ok(Some((Vec::new(), None)));
+        }
+        let parent = repo.find_commit(tip).and_then(|c| c.tree()).map_err(ws_err)?;
+        let (lower, committed) = (TreeLookup::in_host(repo, layers.tree()?), TreeLookup::in_host(repo, parent.id()));
+        let rules = worktree_files::HostRules::of(repo);
+        let mut changes =
+            worktree_files::LayeredChanges::read(repo, &rules, &upper, &lower, &committed, Reading::TakeOver)?;
+        let dirty = changes.changed();
+        let tree = if dirty.is_empty() { None } else { Some(changes.write_tree(repo, &lower, &parent)?) };
+        for (source, why) in changes.take_skipped() {
+            out.not_archived.push(NotArchived { source, why });
+        }
+        Ok(Some((dirty, tree)))
     }
 
     /// A commit of `tree` (the worktree's files) as a child of `parent`, touching
