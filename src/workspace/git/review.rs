@@ -19,6 +19,26 @@ use super::{ws_err, GitWorkspace};
 use crate::error::{Error, Result};
 use crate::host_paths::resolved;
 
+impl GitWorkspace {
+    /// A copy-on-write workspace's current tree, stored, and what could not
+    /// be read ("path: why"): `tip_tree` with the changes the layers show,
+    /// in O(changed files) (`LayeredChanges`); `None` for any other
+    /// workspace. With its upper layer gone, the tip's tree.
+    fn layered_work(&self, repo: &Repository, tip_tree: &git2::Tree<'_>) -> Result<Option<(Oid, Vec<String>)>> {
+        use super::super::tree_lookup::TreeLookup;
+        let Some(layers) = &self.cow else { return Ok(None) };
+        let upper = super::cow::upper(&self.path);
+        if !upper.is_dir() {
+            return Ok(Some((tip_tree.id(), Vec::new())));
+        }
+        let (lower, committed) = (TreeLookup::in_host(repo, layers.tree()?), TreeLookup::in_host(repo, tip_tree.id()));
+        let rules = worktree_files::HostRules::of(repo);
+        let changes = worktree_files::LayeredChanges::read(repo, &rules, &upper, &lower, &committed, Reading::Store)?;
+        let current = if changes.changed().is_empty() { tip_tree.id() } else { changes.write_tree(repo, &lower, tip_tree)? };
+        Ok(Some((current, changes.skipped())))
+    }
+}
+
 impl Review for GitWorkspace {
     fn repository(&self) -> Result<Repository> {
         self.open()
@@ -33,8 +53,10 @@ impl Review for GitWorkspace {
             None => base,
         };
         let tip_tree = repo.find_tree(tree_of(repo, tip)?).map_err(ws_err)?;
+        if let Some((current, skipped)) = self.layered_work(repo, &tip_tree)? {
+            return Ok(Work { start, tip, current, current_commit: None, target, skipped });
+        }
         let files = match self.view()? {
-            _ if self.cow.is_some() => self.read_layers(repo, &worktree_files::HostRules::of(repo), Reading::Store)?,
             Some(view) => {
                 let index = view.index().map_err(ws_err)?;
                 Some(worktree_files::read(repo, &self.path, Known::Index(index), Reading::Store)?)
