@@ -233,8 +233,9 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     warn_root_on_a_users_checkout(ctx, &args, engine.identity);
     // Everything that can be checked is checked before anything is made.
     let request = engine.prepare_up(args.spec()?).await?;
-    if let Some(found) = &request.host_uncommitted {
-        warn_uncommitted(ctx, found);
+    let host_uncommitted = request.host_uncommitted.clone();
+    if let Some(found) = host_uncommitted.included() {
+        warn_uncommitted(ctx, &found);
     }
     for warning in &request.warnings {
         ctx.out.warn(warning);
@@ -250,6 +251,11 @@ pub async fn run(ctx: &Ctx, args: UpArgs) -> Result<i32> {
     ctx.cancel_on_signals();
     let record = engine.up(request).await?;
     engine.progress.finish();
+    match host_uncommitted.left_out() {
+        Ok(Some(found)) => warn_uncommitted(ctx, &found),
+        Ok(None) => {}
+        Err(why) => ctx.out.warn(format!("whether your checkout has uncommitted changes is not known: {why}")),
+    }
     report(ctx, &record, started)?;
     Ok(0)
 }

@@ -103,8 +103,8 @@ pub struct UpRequest {
     pub options: UpOptions,
     pub start: bool,
     /// The user's uncommitted changes, when there are any (git sandboxes
-    /// started from HEAD).
-    pub host_uncommitted: Option<HostUncommitted>,
+    /// started from HEAD): left out, read while the sandbox is made.
+    pub host_uncommitted: HostUncommittedRead,
     pub(crate) plan: ContainerPlan,
     /// What the user should know of the project's toolchain: fields not
     /// used, files not followed, a template that cannot layer on it.
@@ -133,6 +133,77 @@ impl UpRequest {
     }
 }
 
+/// The user's uncommitted changes, as `up` learns them. Left out (the
+/// usual case), they are only counted for a warning: the status of a large
+/// checkout takes about as long as the engine's work, so it is read on a
+/// thread of its own meanwhile, and asked for once the sandbox is made.
+#[derive(Clone)]
+pub struct HostUncommittedRead(std::sync::Arc<std::sync::Mutex<Reading>>);
+
+enum Reading {
+    Running(std::thread::JoinHandle<std::result::Result<Option<HostUncommitted>, String>>),
+    Done(std::result::Result<Option<HostUncommitted>, String>),
+}
+
+impl HostUncommittedRead {
+    fn known(found: Option<HostUncommitted>) -> HostUncommittedRead {
+        HostUncommittedRead(std::sync::Arc::new(std::sync::Mutex::new(Reading::Done(Ok(found)))))
+    }
+
+    /// Counts the changes of `git`'s checkout on a thread of its own.
+    fn start(git: &GitRequest) -> HostUncommittedRead {
+        let git = git.clone();
+        let thread = std::thread::spawn(move || {
+            let found = git.host_changes().map_err(|e| e.to_string())?;
+            Ok(found.filter(|c| c.count() > 0).map(|c| HostUncommitted {
+                checkout: git.workspace.repo.clone(),
+                count: c.count(),
+                skipped: c.skipped(),
+                included: false,
+            }))
+        });
+        HostUncommittedRead(std::sync::Arc::new(std::sync::Mutex::new(Reading::Running(thread))))
+    }
+
+    /// The changes, waiting for the read if it is still going; the reason
+    /// if it failed (the user's checkout could not be read).
+    pub fn wait(&self) -> std::result::Result<Option<HostUncommitted>, String> {
+        let mut reading = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Reading::Running(_) = &*reading {
+            let Reading::Running(thread) = std::mem::replace(&mut *reading, Reading::Done(Ok(None))) else {
+                unreachable!()
+            };
+            *reading = Reading::Done(thread.join().unwrap_or_else(|_| Err("the status read panicked".into())));
+        }
+        match &*reading {
+            Reading::Done(found) => found.clone(),
+            Reading::Running(_) => unreachable!(),
+        }
+    }
+}
+
+impl HostUncommittedRead {
+    /// The changes `--include-uncommitted` copied in (known before the
+    /// sandbox is made).
+    pub fn included(&self) -> Option<HostUncommitted> {
+        match &*self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            Reading::Done(Ok(Some(found))) if found.included => Some(found.clone()),
+            _ => None,
+        }
+    }
+
+    /// The changes the agent will not see, waited for.
+    pub fn left_out(&self) -> std::result::Result<Option<HostUncommitted>, String> {
+        Ok(self.wait()?.filter(|found| !found.included))
+    }
+}
+
+impl std::fmt::Debug for HostUncommittedRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostUncommittedRead")
+    }
+}
+
 /// `--include-uncommitted` applied to the workspace asked for, and the
 /// user's uncommitted changes (a git sandbox started from HEAD: any other
 /// would not have them anyway).
@@ -140,12 +211,16 @@ fn uncommitted_of(
     workspace: WorkspaceRequest,
     base: Option<&str>,
     include: bool,
-) -> Result<(WorkspaceRequest, Option<HostUncommitted>)> {
+) -> Result<(WorkspaceRequest, HostUncommittedRead)> {
     match workspace {
+        WorkspaceRequest::GitWorktree(git) if base.is_none() && !include => {
+            let reading = HostUncommittedRead::start(&git);
+            Ok((WorkspaceRequest::GitWorktree(git), reading))
+        }
         WorkspaceRequest::GitWorktree(git) => {
             let git = if include { git.include_uncommitted(base)? } else { git };
             if base.is_some() {
-                return Ok((WorkspaceRequest::GitWorktree(git), None));
+                return Ok((WorkspaceRequest::GitWorktree(git), HostUncommittedRead::known(None)));
             }
             let found = git.host_changes()?.filter(|c| c.count() > 0).map(|c| HostUncommitted {
                 checkout: git.workspace.repo.clone(),
@@ -153,7 +228,7 @@ fn uncommitted_of(
                 skipped: c.skipped(),
                 included: include,
             });
-            Ok((WorkspaceRequest::GitWorktree(git), found))
+            Ok((WorkspaceRequest::GitWorktree(git), HostUncommittedRead::known(found)))
         }
         WorkspaceRequest::Jj(_) if include => Err(Error::usage(
             "--include-uncommitted is for git: in jj your working copy is a change (@) already",
@@ -162,7 +237,7 @@ fn uncommitted_of(
         WorkspaceRequest::Direct(_) if include => Err(Error::usage(
             "--include-uncommitted is for --git-worktree: --workspace mounts your directory as it is, uncommitted changes and all",
         )),
-        other => Ok((other, None)),
+        other => Ok((other, HostUncommittedRead::known(None))),
     }
 }
 
@@ -349,7 +424,7 @@ impl<R: Runtime> Engine<R> {
             workspace,
             options,
             start,
-            host_uncommitted: None,
+            host_uncommitted: HostUncommittedRead::known(None),
             plan,
             warnings,
             checkout_why: None,

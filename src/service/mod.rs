@@ -54,15 +54,18 @@ pub async fn create(engine: &Engine<Docker>, request: CreateRequest) -> Result<V
     let spec = request.into_spec()?;
     let prepared = engine.prepare_up(spec).await?;
     let mut warnings = prepared.warnings.clone();
-    if let Some(found) = prepared.host_uncommitted.as_ref().filter(|f| !f.included) {
-        warnings.push(format!(
+    let host_uncommitted = prepared.host_uncommitted.clone();
+    let record = engine.up(prepared).await?;
+    match host_uncommitted.left_out() {
+        Ok(Some(found)) => warnings.push(format!(
             "{} has {} uncommitted change(s) that the agent will not see: it starts from the last commit \
              (include_uncommitted copies them in)",
             found.checkout.display(),
             found.count
-        ));
+        )),
+        Ok(None) => {}
+        Err(why) => warnings.push(format!("whether the checkout has uncommitted changes is not known: {why}")),
     }
-    let record = engine.up(prepared).await?;
     let mut value = to_value(&record)?;
     value["warnings"] = warnings.into();
     Ok(value)

@@ -34,7 +34,8 @@ impl GitWorkspace {
         let (lower, committed) = (TreeLookup::in_host(repo, layers.tree()?), TreeLookup::in_host(repo, tip_tree.id()));
         let rules = worktree_files::HostRules::of(repo);
         let changes = worktree_files::LayeredChanges::read(repo, &rules, &upper, &lower, &committed, Reading::Store)?;
-        let current = if changes.changed().is_empty() { tip_tree.id() } else { changes.write_tree(repo, &lower, tip_tree)? };
+        let current =
+            if changes.changed().is_empty() { tip_tree.id() } else { changes.write_tree(repo, &lower, tip_tree)? };
         Ok(Some((current, changes.skipped())))
     }
 }
