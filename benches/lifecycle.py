@@ -196,6 +196,17 @@ def floor_up_retrying(repo, name, image, retries_file):
             f"docker run -d -t -i --init --label {LABEL} --name floor-{name} -v {path}:/workspace {image} sh >/dev/null")
 
 
+def floor_up_watched(repo, name, image):
+    """`floor_up`, then the watch forage's `up` keeps (src/sandbox/lifecycle):
+    it waits max(100 ms, a third of the time the engine took to start the
+    container), then asks the engine whether the agent still runs."""
+    path = os.path.join(FLOOR, name)
+    return (f"git -C {repo} worktree add -q -b floor-{name} {path} && t0=$(date +%s%N) && "
+            f"docker run -d -t -i --init --label {LABEL} --name floor-{name} -v {path}:/workspace {image} sh >/dev/null && "
+            f"sleep $(awk -v d=$(( $(date +%s%N) - t0 )) 'BEGIN {{ w = d / 3e9; if (w < 0.1) w = 0.1; print w }}') && "
+            f"[ \"$(docker inspect -f '{{{{.State.Running}}}}' floor-{name})\" = true ]")
+
+
 def floor_down(repo, name):
     path = os.path.join(FLOOR, name)
     return f"docker rm -f floor-{name} >/dev/null && git -C {repo} worktree remove --force {path} && git -C {repo} branch -qD floor-{name}"
@@ -287,6 +298,10 @@ def main():
         bench("cycle", RUNS, {
             "forage": (nothing, f"{forage_up('c')} && {forage_down('c')}", lambda: forage_gone(repo, ["c"]), lambda: forage_cleanup("c")),
             "floor": (nothing, f"{floor_up(repo, 'c', image)} && {floor_down(repo, 'c')}", lambda: floor_gone(repo, ["c"]), lambda: floor_cleanup(repo, "c")),
+        })
+        bench("cycle-watched", RUNS, {
+            "forage": (nothing, f"{forage_up('c')} && {forage_down('c')}", lambda: forage_gone(repo, ["c"]), lambda: forage_cleanup("c")),
+            "floor": (nothing, f"{floor_up_watched(repo, 'c', image)} && {floor_down(repo, 'c')}", lambda: floor_gone(repo, ["c"]), lambda: floor_cleanup(repo, "c")),
         })
         bench("up", RUNS, {
             "forage": (nothing, forage_up("u"), lambda: forage_up_done(repo, ["u"]), lambda: forage_cleanup("u")),
@@ -491,6 +506,20 @@ def cow_many(small, large):
             if name not in git(r, "for-each-ref --format='%(refname)' refs/forage/archive"):
                 raise Failed(f"down {name} archived nothing in {r}")
         return check
+
+    # The disk one more copy-on-write sandbox of the large repository takes
+    # before its agent writes: its upper layer, the overlay's work directory
+    # and its private repository (the base checkout is shared).
+    sh(f"{F} up dk --git-worktree {large} --cow -q")
+    try:
+        forage_cow_up_done(large, ["dk"])
+        dirs = " ".join(os.path.join(HOME, d, "dk") for d in ("workspaces", "private"))
+        used = int(sh(f"du -s -B1 -c {dirs} | tail -1").split()[0])
+        with open(os.path.join(RESULTS, "cow-disk.json"), "w") as f:
+            json.dump({"bytes": used}, f)
+        print(f"==> cow-disk: {used / 1024:.0f} KiB", flush=True)
+    finally:
+        forage_cleanup("dk")
 
     bench("cow-down", RUNS, {
         "forage": (made_and_changed("dl", large), f"{F} down dl -q", archived("dl", large), lambda: forage_cleanup("dl")),
