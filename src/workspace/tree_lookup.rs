@@ -5,8 +5,11 @@
 //!
 //! The trees come through a reader (`TreeReader`): the host's repository, or
 //! `Peek`, which reads the agent's loose objects as the hostile data they are.
-//! Every tree read counts against `MAX_TREE_ENTRIES`, however the agent
-//! shaped its trees.
+//! So, however the agent shaped its trees: every tree read counts against
+//! `MAX_TREE_ENTRIES`; so does every entry a walk or a diff visits (a tree
+//! whose entries all name one subtree, nested, is read once but would be
+//! visited without end); and a lookup by name is a hash lookup, never a scan
+//! of a tree the agent made as wide as it could.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,7 +19,8 @@ use git2::{Oid, Repository};
 /// A tree's mode in its parent's entry.
 pub const MODE_TREE: u32 = 0o040000;
 
-/// The most tree entries one lookup reads in all.
+/// The most tree entries one lookup reads, and visits in its walks and
+/// diffs, in all.
 const MAX_TREE_ENTRIES: usize = 2_000_000;
 
 /// A tree's entries: (mode, name, id).
@@ -28,17 +32,30 @@ type Side = Option<(u32, Oid)>;
 /// Reads one tree's entries by id.
 pub type TreeReader<'r> = Box<dyn Fn(Oid) -> Result<Entries, String> + 'r>;
 
+/// One tree as read: its entries, and where each name is among them.
+pub struct Level {
+    pub entries: Entries,
+    by_name: HashMap<Vec<u8>, usize>,
+}
+
 /// A tree, read lazily and each level once.
 pub struct TreeLookup<'r> {
     root: Oid,
     read: TreeReader<'r>,
-    trees: RefCell<HashMap<Oid, std::rc::Rc<Entries>>>,
+    trees: RefCell<HashMap<Oid, std::rc::Rc<Level>>>,
     entries_read: std::cell::Cell<usize>,
+    entries_visited: std::cell::Cell<usize>,
 }
 
 impl<'r> TreeLookup<'r> {
     pub fn new(root: Oid, read: TreeReader<'r>) -> TreeLookup<'r> {
-        TreeLookup { root, read, trees: RefCell::default(), entries_read: std::cell::Cell::new(0) }
+        TreeLookup {
+            root,
+            read,
+            trees: RefCell::default(),
+            entries_read: std::cell::Cell::new(0),
+            entries_visited: std::cell::Cell::new(0),
+        }
     }
 
     /// A tree of the host's repository.
@@ -55,31 +72,45 @@ impl<'r> TreeLookup<'r> {
         self.root
     }
 
-    /// The entries of tree `id`.
-    pub fn entries(&self, id: Oid) -> Result<std::rc::Rc<Entries>, String> {
-        if let Some(entries) = self.trees.borrow().get(&id) {
-            return Ok(entries.clone());
+    /// Tree `id`, read once.
+    fn level(&self, id: Oid) -> Result<std::rc::Rc<Level>, String> {
+        if let Some(level) = self.trees.borrow().get(&id) {
+            return Ok(level.clone());
         }
-        let entries = std::rc::Rc::new((self.read)(id)?);
+        let entries = (self.read)(id)?;
         let read = self.entries_read.get() + entries.len();
         if read > MAX_TREE_ENTRIES {
             return Err(format!("its trees have more than {MAX_TREE_ENTRIES} entries"));
         }
         self.entries_read.set(read);
-        self.trees.borrow_mut().insert(id, entries.clone());
-        Ok(entries)
+        let by_name = entries.iter().enumerate().map(|(i, (_, name, _))| (name.clone(), i)).collect();
+        let level = std::rc::Rc::new(Level { entries, by_name });
+        self.trees.borrow_mut().insert(id, level.clone());
+        Ok(level)
+    }
+
+    /// Tree `id`, to visit all its entries (a walk, a diff): counted.
+    pub fn visit(&self, id: Oid) -> Result<std::rc::Rc<Level>, String> {
+        let level = self.level(id)?;
+        let visited = self.entries_visited.get() + level.entries.len();
+        if visited > MAX_TREE_ENTRIES {
+            return Err(format!("walking its trees visits more than {MAX_TREE_ENTRIES} entries"));
+        }
+        self.entries_visited.set(visited);
+        Ok(level)
     }
 
     /// The entry at `path` (`a/b/c`): (mode, id); `MODE_TREE` for a directory.
+    /// The empty path is the root.
     pub fn get(&self, path: &[u8]) -> Result<Option<(u32, Oid)>, String> {
         let mut at = (MODE_TREE, self.root);
-        for name in path.split(|b| *b == b'/') {
+        for name in path.split(|b| *b == b'/').filter(|_| !path.is_empty()) {
             if at.0 != MODE_TREE {
                 return Ok(None);
             }
-            let entries = self.entries(at.1)?;
-            match entries.iter().find(|(_, n, _)| n == name) {
-                Some((mode, _, id)) => at = (*mode, *id),
+            let level = self.level(at.1)?;
+            match level.by_name.get(name) {
+                Some(i) => at = (level.entries[*i].0, level.entries[*i].2),
                 None => return Ok(None),
             }
         }
@@ -110,7 +141,7 @@ impl<'r> TreeLookup<'r> {
     fn walk(&self, id: Oid, prefix: Vec<u8>, each: &mut dyn FnMut(Vec<u8>, u32, Oid)) -> Result<(), String> {
         let mut stack = vec![(id, prefix)];
         while let Some((id, prefix)) = stack.pop() {
-            for (mode, name, child) in self.entries(id)?.iter() {
+            for (mode, name, child) in &self.visit(id)?.entries {
                 let path = join(&prefix, name);
                 if *mode == MODE_TREE {
                     stack.push((*child, path));
@@ -135,7 +166,7 @@ pub fn differing_files(a: &TreeLookup<'_>, b: &TreeLookup<'_>) -> Result<Vec<Vec
         }
         let level = |side: &TreeLookup<'_>, tree: Option<Oid>| -> Result<HashMap<Vec<u8>, (u32, Oid)>, String> {
             Ok(match tree {
-                Some(id) => side.entries(id)?.iter().map(|(m, n, i)| (n.clone(), (*m, *i))).collect(),
+                Some(id) => side.visit(id)?.entries.iter().map(|(m, n, i)| (n.clone(), (*m, *i))).collect(),
                 None => HashMap::new(),
             })
         };
@@ -174,4 +205,38 @@ fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     }
     path.extend_from_slice(name);
     path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent's trees: `depth` levels, each a tree of `width` entries that
+    /// all name the one tree below, over one file.
+    fn nested(depth: usize, width: usize) -> (Oid, HashMap<Oid, Entries>) {
+        let mut trees = HashMap::new();
+        let mut below = (0o100644, Oid::from_bytes(&[1; 20]).unwrap());
+        for level in 0..depth {
+            let id = Oid::from_bytes(&[level as u8 + 2; 20]).unwrap();
+            let entries = (0..width).map(|i| (below.0, format!("e{i}").into_bytes(), below.1)).collect();
+            trees.insert(id, entries);
+            below = (MODE_TREE, id);
+        }
+        (below.1, trees)
+    }
+
+    #[test]
+    fn trees_that_name_one_subtree_again_and_again_are_visited_only_so_far() {
+        // 1000^4 paths from four trees of 1000 entries.
+        let (root, trees) = nested(4, 1000);
+        let reader = |id: Oid| trees.get(&id).cloned().ok_or_else(|| format!("no tree {id}"));
+        let lookup = TreeLookup::new(root, Box::new(reader));
+        assert_eq!(lookup.get(b"e7/e8/e9/e999").unwrap(), Some((0o100644, Oid::from_bytes(&[1; 20]).unwrap())));
+        assert_eq!(lookup.get(b"e7/nothing").unwrap(), None);
+        assert!(lookup.files_under(b"").unwrap_err().contains("visits more than"));
+        let (empty, none) = nested(1, 0);
+        let empty_reader = |id: Oid| none.get(&id).cloned().ok_or_else(|| format!("no tree {id}"));
+        let empty = TreeLookup::new(empty, Box::new(empty_reader));
+        assert!(differing_files(&lookup, &empty).unwrap_err().contains("visits more than"));
+    }
 }

@@ -438,3 +438,29 @@ fn cow_and_full_checkout_together_or_a_bad_threshold_are_refused_with_nothing_ma
     env.assert_nothing_left();
     assert_eq!(cow_volumes(&env), Vec::<String>::new());
 }
+
+/// An agent whose HEAD is a tree bomb (four trees of 1,000 entries, each
+/// naming the one below: 10^12 paths from 4,000 entries) and who deleted a
+/// directory of the base: `list` stops walking at its bound and says DIRTY
+/// is unknown, and why, instead of walking the paths.
+#[test]
+fn a_head_that_names_one_tree_again_and_again_leaves_dirty_unknown() {
+    let env = Env::new();
+    let repo = cow_repo(&env, "repo");
+    let name = env.unique("cow-bomb");
+    up_cow(&env, &name, &repo);
+    let bomb = "cd /workspace && rm -r r && blob=$(echo x | git hash-object -w --stdin) && \
+        lines() { i=0; while [ $i -lt 1000 ]; do printf '%s %s %s\\te%s\\n' \"$1\" \"$2\" \"$3\" $i; i=$((i+1)); done; } && \
+        t=$(lines 100644 blob $blob | git mktree) && \
+        for d in 1 2 3; do t=$(lines 040000 tree $t | git mktree); done && \
+        git reset -q --soft $(git commit-tree $t -m bomb) && git cat-file -p HEAD^{tree} | wc -l";
+    // The attack took: HEAD's tree has 1,000 entries naming one tree.
+    assert_eq!(sh(&env, &name, bomb).trim(), "1000");
+    let rows = env.json(&["list", "--json"]);
+    let row = rows.as_array().unwrap().iter().find(|r| r["name"] == name.as_str()).unwrap().clone();
+    assert!(row["dirty"].is_null(), "{row}");
+    assert!(row["dirty_unknown"].as_str().unwrap_or("").contains("more than 2000000 entries"), "{row}");
+    env.ok(&["down", &name, "--discard"]);
+    env.ok(&["gc", "--force"]);
+    env.assert_nothing_left_but_archives();
+}
