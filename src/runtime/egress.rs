@@ -241,6 +241,9 @@ impl Docker {
             // it does the sandbox. Without, its user is one of the user's
             // subordinate ids, which may read nothing of the user's.
             userns_mode: info.rootless.then(|| "keep-id".to_owned()),
+            // Rootful Podman's own limits fail its start where root may not
+            // raise a hard limit (as for a sandbox).
+            ulimits: info.rlimits(),
             mounts: Some(spec.mounts.iter().map(super::docker::docker_mount).collect()),
             init: Some(true),
             cap_drop: Some(vec!["ALL".into()]),

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkingConfig,
-    PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
 
@@ -58,7 +58,7 @@ impl Docker {
         let image = self.ensure_image(&spec.image, progress).await?;
         self.docker_remove_forwarder_container(&spec.container).await?;
         let api = self.api().await?;
-        let mut config = container_config(spec, &image.reference, target);
+        let mut config = container_config(spec, &image.reference, target, info.rlimits());
         let on_sandbox_network = EndpointSettings {
             ipam_config: spec
                 .address
@@ -186,7 +186,12 @@ fn start_failed(spec: &ForwarderSpec, e: bollard::errors::Error) -> Error {
 
 /// The forwarder's container: forage-ctl `port-forward`, as the user, with
 /// no capability, publishing each port on 127.0.0.1.
-fn container_config(spec: &ForwarderSpec, image: &str, target: Ipv4Addr) -> ContainerCreateBody {
+fn container_config(
+    spec: &ForwarderSpec,
+    image: &str,
+    target: Ipv4Addr,
+    ulimits: Option<Vec<ResourcesUlimits>>,
+) -> ContainerCreateBody {
     let key = |p: u16| format!("{p}/tcp");
     let bindings = spec
         .ports
@@ -222,6 +227,9 @@ fn container_config(spec: &ForwarderSpec, image: &str, target: Ipv4Addr) -> Cont
         ])),
         memory: Some(64 << 20),
         pids_limit: Some(64),
+        // Rootful Podman's own limits fail its start where root may not
+        // raise a hard limit (as for a sandbox).
+        ulimits,
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
             maximum_retry_count: None,
