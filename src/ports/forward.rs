@@ -5,15 +5,21 @@
 //! copies each connection from the host both ways to the sandbox. It reads
 //! nothing of what it copies.
 //!
-//! Only the host is served. The engine's published port reaches the
-//! forwarder from the host's address on the network that carries the
-//! forwarder's default route: that route's gateway (the forwarder's own
+//! Only the host is served. Docker's (and rootful Podman's) published port
+//! reaches the forwarder from the host's address on the network that carries
+//! the forwarder's default route: that route's gateway (the forwarder's own
 //! network for a restricted sandbox, the default bridge for a `full` one).
-//! Anything else that reaches a listener — another sandbox on the default
-//! bridge, or one that got across while Docker 20.10 briefly lifts its
-//! isolation between networks (it deletes and re-inserts its `FORWARD -j
-//! DOCKER-ISOLATION-STAGE-1` jump each time any network is made) — is closed
-//! unanswered.
+//! Rootless Podman's (`rootlessport`) connects from inside the forwarder's
+//! own network namespace, so from one of the forwarder's own addresses (any
+//! of its networks'): that is the host's too. No other container can send
+//! from either: the kernel drops a packet that arrives with one of its own
+//! addresses as source, and a sandbox has no address on the forwarder's
+//! network or the gateway's. Anything else that reaches a listener — another
+//! sandbox on the default bridge, its own sandbox on its network, or one
+//! that got across while Docker 20.10 briefly lifts its isolation between
+//! networks (it deletes and re-inserts its `FORWARD -j
+//! DOCKER-ISOLATION-STAGE-1` jump each time any network is made) — is
+//! closed unanswered.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -80,10 +86,18 @@ async fn accept(listener: TcpListener, to: SocketAddr, admit: Admit) -> std::io:
 
 /// Whether a connection from `peer` is the host's: `peer` is the gateway
 /// of the forwarder's default route, read now (a network joined or left
-/// since the start changes it; no default route, nobody is).
+/// since the start changes it; no default route, nobody is), or one of the
+/// forwarder's own addresses but loopback (rootless Podman's published port).
 fn from_the_host(peer: IpAddr) -> bool {
     let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    is_gateway(peer, crate::egress::subnet::default_gateway(&routes))
+    is_gateway(peer, crate::egress::subnet::default_gateway(&routes)) || is_own_address(peer)
+}
+
+/// Whether `peer` is an address of this network namespace (one a socket can
+/// be bound to), not loopback.
+fn is_own_address(peer: IpAddr) -> bool {
+    let peer = peer.to_canonical();
+    !peer.is_loopback() && !peer.is_unspecified() && std::net::UdpSocket::bind((peer, 0)).is_ok()
 }
 
 fn is_gateway(peer: IpAddr, gateway: Option<Ipv4Addr>) -> bool {
@@ -113,6 +127,14 @@ mod tests {
         // gateway, a sandbox on the default bridge, a restricted sandbox.
         for peer in ["10.215.0.11", "10.215.0.1", "172.17.0.5", "10.213.0.19", "127.0.0.1", "::1"] {
             assert!(!is_gateway(ip(peer), gateway), "{peer}");
+        }
+    }
+
+    #[test]
+    fn only_an_own_address_but_loopback_is_the_forwarders() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for peer in ["127.0.0.1", "::1", "0.0.0.0", "192.0.2.1", "10.215.0.11"] {
+            assert!(!is_own_address(ip(peer)), "{peer}");
         }
     }
 

@@ -140,7 +140,7 @@ impl Docker {
     /// so for Podman the profile is written to a file it can read.
     /// Creates the container `name` from `config`: a name taken is a
     /// conflict; Podman's keep-id hiccup is tried again, a few times.
-    async fn create_container(&self, name: &str, config: ContainerCreateBody, podman: bool) -> Result<()> {
+    pub(super) async fn create_container(&self, name: &str, config: ContainerCreateBody, podman: bool) -> Result<()> {
         let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
         let api = self.api().await?;
         let mut hiccups = 0;

@@ -10,7 +10,7 @@ use bollard::models::{
     NetworkCreateRequest, NetworkDisconnectRequest, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, InspectNetworkOptions, ListNetworksOptions, RemoveContainerOptions,
+    InspectContainerOptions, InspectNetworkOptions, ListNetworksOptions, RemoveContainerOptions,
 };
 
 use super::docker::Docker;
@@ -169,6 +169,12 @@ impl Docker {
             container: container.to_owned(),
             endpoint_config: Some(EndpointSettings {
                 ipam_config: Some(EndpointIpamConfig { ipv4_address: Some(address.to_string()), ..Default::default() }),
+                // Docker derives a container's MAC from its address; Podman
+                // picks one at random, and a proxy made again at the same
+                // address then goes unreached by a sandbox that still has the
+                // old one's in its ARP cache (it cannot flush it, nor does
+                // Podman announce the new one). Podman is given Docker's.
+                mac_address: self.info().await?.podman.then(|| mac_of(address)),
                 ..Default::default()
             }),
         };
@@ -215,7 +221,7 @@ impl Docker {
         let image = self.ensure_image(&spec.image, progress).await?;
         let api = self.api().await?;
         match api.inspect_container(&spec.container, None::<InspectContainerOptions>).await {
-            Ok(c) if c.config.as_ref().and_then(|c| c.image.as_deref()) == Some(image.reference.as_str()) => {
+            Ok(c) if is_image(c.config.as_ref().and_then(|c| c.image.as_deref()), &image.reference) => {
                 if c.state.and_then(|s| s.running) == Some(true) {
                     return Ok(ProxyState::Running);
                 }
@@ -227,8 +233,17 @@ impl Docker {
             Err(e) => return Err(Error::docker(format!("inspecting container {}", spec.container), e)),
         }
         self.docker_remove_proxy_container(&spec.container).await?;
+        let info = self.info().await?;
         let host_config = HostConfig {
             network_mode: Some(spec.outside.clone()),
+            // The proxy reads files only the user may (the injected keys, the
+            // CA's key: 0600): rootless Podman runs it as the user itself, as
+            // it does the sandbox. Without, its user is one of the user's
+            // subordinate ids, which may read nothing of the user's.
+            userns_mode: info.rootless.then(|| "keep-id".to_owned()),
+            // Rootful Podman's own limits fail its start where root may not
+            // raise a hard limit (as for a sandbox).
+            ulimits: info.rlimits(),
             mounts: Some(spec.mounts.iter().map(super::docker::docker_mount).collect()),
             init: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
@@ -258,10 +273,7 @@ impl Docker {
             host_config: Some(host_config),
             ..Default::default()
         };
-        let options = CreateContainerOptions { name: Some(spec.container.clone()), ..Default::default() };
-        api.create_container(Some(options), config)
-            .await
-            .map_err(|e| Error::docker(format!("creating the egress proxy {}", spec.container), e))?;
+        self.create_container(&spec.container, config, info.podman).await?;
         api.start_container(&spec.container, None)
             .await
             .map_err(|e| Error::docker(format!("starting the egress proxy {}", spec.container), e))?;
@@ -291,6 +303,18 @@ impl Docker {
     }
 }
 
+/// Whether a container's image, as the engine names it, is `reference`:
+/// Podman names a local image without a registry `localhost/…`.
+fn is_image(named: Option<&str>, reference: &str) -> bool {
+    named.is_some_and(|n| n == reference || n.strip_prefix("localhost/") == Some(reference))
+}
+
+/// The MAC address Docker gives the container at `address`.
+fn mac_of(address: Ipv4Addr) -> String {
+    let [a, b, c, d] = address.octets();
+    format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
+}
+
 /// A network of that name exists, and is not forage's to use.
 fn taken(name: &str) -> Error {
     Error::conflict(format!(
@@ -301,4 +325,23 @@ fn taken(name: &str) -> Error {
 /// What a runtime without networks says to `network: restricted`.
 pub fn unsupported() -> Error {
     Error::other("this container runtime cannot make networks, which `network: restricted` needs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podmans_localhost_name_is_the_same_image() {
+        assert!(is_image(Some("forage-host/egress-proxy:1"), "forage-host/egress-proxy:1"));
+        assert!(is_image(Some("localhost/forage-host/egress-proxy:1"), "forage-host/egress-proxy:1"));
+        assert!(!is_image(Some("localhost/forage-host/egress-proxy:2"), "forage-host/egress-proxy:1"));
+        assert!(!is_image(Some("docker.io/forage-host/egress-proxy:1"), "forage-host/egress-proxy:1"));
+        assert!(!is_image(None, "forage-host/egress-proxy:1"));
+    }
+
+    #[test]
+    fn the_mac_is_dockers_for_the_address() {
+        assert_eq!(mac_of(Ipv4Addr::new(10, 213, 0, 18)), "02:42:0a:d5:00:12");
+    }
 }

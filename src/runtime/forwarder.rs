@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, PortBinding,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkingConfig,
+    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
 
@@ -47,43 +47,54 @@ impl Docker {
         spec: &ForwarderSpec,
         progress: &dyn Progress,
     ) -> Result<Vec<Published>> {
+        let info = self.info().await?;
+        let target = match spec.target {
+            Some(t) => t,
+            // Rootless Podman runs a `full` sandbox on slirp4netns (see
+            // `create`), a network of its container alone.
+            None if info.rootless => return Err(full_on_rootless_podman()),
+            None => self.address_on(&spec.sandbox_container, &spec.sandbox_network).await?,
+        };
         let image = self.ensure_image(&spec.image, progress).await?;
         self.docker_remove_forwarder_container(&spec.container).await?;
         let api = self.api().await?;
-        let target = match spec.target {
-            Some(t) => t,
-            None => self.address_on(&spec.sandbox_container, &spec.sandbox_network).await?,
+        let mut config = container_config(spec, &image.reference, target, info.rlimits());
+        let on_sandbox_network = EndpointSettings {
+            ipam_config: spec
+                .address
+                .map(|a| EndpointIpamConfig { ipv4_address: Some(a.to_string()), ..Default::default() }),
+            ..Default::default()
         };
-        let config = container_config(spec, &image.reference, target);
+        // Podman 4.3 joined to a second network after the create (not yet
+        // started) leaves its network state inconsistent: every network
+        // listing answers 500 "network inspection mismatch" until the
+        // container is removed. Podman takes both networks at the create;
+        // Docker (API 1.41) honours only one there, so it joins after.
+        let podman = info.podman;
+        if podman {
+            config.networking_config = Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([
+                    (spec.network.clone(), EndpointSettings::default()),
+                    (spec.sandbox_network.clone(), on_sandbox_network.clone()),
+                ])),
+            });
+        }
         let options = CreateContainerOptions { name: Some(spec.container.clone()), ..Default::default() };
         api.create_container(Some(options), config)
             .await
             .map_err(|e| Error::docker(format!("creating the port forwarder {}", spec.container), e))?;
-        let request = NetworkConnectRequest {
-            container: spec.container.clone(),
-            endpoint_config: Some(EndpointSettings {
-                ipam_config: spec
-                    .address
-                    .map(|a| EndpointIpamConfig { ipv4_address: Some(a.to_string()), ..Default::default() }),
-                ..Default::default()
-            }),
-        };
-        api.connect_network(&spec.sandbox_network, request).await.map_err(|e| {
-            Error::docker(
-                format!("joining the port forwarder {} to network {}", spec.container, spec.sandbox_network),
-                e,
-            )
-        })?;
+        if !podman {
+            let request =
+                NetworkConnectRequest { container: spec.container.clone(), endpoint_config: Some(on_sandbox_network) };
+            api.connect_network(&spec.sandbox_network, request).await.map_err(|e| {
+                Error::docker(
+                    format!("joining the port forwarder {} to network {}", spec.container, spec.sandbox_network),
+                    e,
+                )
+            })?;
+        }
         if let Err(e) = api.start_container(&spec.container, None).await {
-            let text = e.to_string();
-            let taken = spec.ports.iter().filter_map(|p| p.host).find(|h| text.contains(&format!(":{h}")));
-            return Err(match taken {
-                Some(h) if text.contains("already allocated") || text.contains("in use") => {
-                    Error::conflict(format!("host port {h} (127.0.0.1:{h}) is taken by another program or sandbox"))
-                        .hint("pick another HOSTPORT, or give only PORT and forage picks a free one")
-                }
-                _ => Error::docker(format!("starting the port forwarder {}", spec.container), e),
-            });
+            return Err(start_failed(spec, e));
         }
         self.published(&spec.container, &spec.ports).await
     }
@@ -151,9 +162,36 @@ impl Docker {
     }
 }
 
+/// Rootless Podman cannot publish a `full` sandbox's ports: no forwarder can
+/// join its network.
+fn full_on_rootless_podman() -> Error {
+    Error::conflict(
+        "rootless Podman runs a sandbox with the full network on slirp4netns, which no port forwarder can reach",
+    )
+    .hint("publish ports of a sandbox with `--network restricted`, or use Docker or rootful Podman")
+}
+
+/// Why the forwarder did not start: a host port taken, said as such.
+fn start_failed(spec: &ForwarderSpec, e: bollard::errors::Error) -> Error {
+    let text = e.to_string();
+    let taken = spec.ports.iter().filter_map(|p| p.host).find(|h| text.contains(&format!(":{h}")));
+    match taken {
+        Some(h) if text.contains("already allocated") || text.contains("in use") => {
+            Error::conflict(format!("host port {h} (127.0.0.1:{h}) is taken by another program or sandbox"))
+                .hint("pick another HOSTPORT, or give only PORT and forage picks a free one")
+        }
+        _ => Error::docker(format!("starting the port forwarder {}", spec.container), e),
+    }
+}
+
 /// The forwarder's container: forage-ctl `port-forward`, as the user, with
 /// no capability, publishing each port on 127.0.0.1.
-fn container_config(spec: &ForwarderSpec, image: &str, target: Ipv4Addr) -> ContainerCreateBody {
+fn container_config(
+    spec: &ForwarderSpec,
+    image: &str,
+    target: Ipv4Addr,
+    ulimits: Option<Vec<ResourcesUlimits>>,
+) -> ContainerCreateBody {
     let key = |p: u16| format!("{p}/tcp");
     let bindings = spec
         .ports
@@ -189,6 +227,9 @@ fn container_config(spec: &ForwarderSpec, image: &str, target: Ipv4Addr) -> Cont
         ])),
         memory: Some(64 << 20),
         pids_limit: Some(64),
+        // Rootful Podman's own limits fail its start where root may not
+        // raise a hard limit (as for a sandbox).
+        ulimits,
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
             maximum_retry_count: None,

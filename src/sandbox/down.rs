@@ -174,8 +174,12 @@ impl<R: Runtime> Engine<R> {
         // The sandbox's network goes with its container: nothing is on it any
         // more but the proxy, which the map no longer sends anything to.
         // So does its port forwarder (and the forwarder's network).
-        let (networks, parts): (Vec<&Step>, Vec<&Step>) =
+        let (mut networks, parts): (Vec<&Step>, Vec<&Step>) =
             parts.into_iter().partition(|s| matches!(s, Step::Network { .. } | Step::Forwarder { .. }));
+        // The forwarder first: removing the sandbox's network under it would
+        // disconnect it while it runs, which leaves Podman 4.3 answering every
+        // network listing with 500 "network inspection mismatch" after.
+        networks.sort_by_key(|s| !matches!(s, Step::Forwarder { .. }));
         for step in networks {
             match step {
                 Step::Network { name } => self.remove_egress(record, name).await?,

@@ -105,12 +105,15 @@ fn start_api(w: &mut World, outside: &str, certs: &Path, key: &str) {
     assert!(eventually(120, || logs(&name).contains("listening")), "the stub did not start: {}", logs(&name));
 }
 
-/// The host pids of the container's processes.
+/// The host pids of the container's processes: every process in the pid
+/// namespace of its first one (as the engine reports it). Not the engine's
+/// `top`, which Podman 4.3 answers with an empty body.
 fn pids(container: &str) -> Vec<u32> {
-    let top = block_on(docker().top_processes(container, None::<bollard::query_parameters::TopOptions>)).unwrap();
-    let titles = top.titles.unwrap();
-    let at = titles.iter().position(|t| t == "PID").unwrap();
-    top.processes.unwrap().iter().map(|p| p[at].parse().unwrap()).collect()
+    let first = inspect(container).and_then(|c| c.state?.pid).unwrap();
+    let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let theirs = namespace(&first.to_string()).unwrap();
+    let all = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    all.filter(|pid| namespace(&pid.to_string()).as_ref() == Some(&theirs)).collect()
 }
 
 /// Whether `needle` is anywhere in the readable memory of host process `pid`.

@@ -189,6 +189,53 @@ fn gateway(network: &str) -> Ipv4Addr {
         .unwrap_or_else(|| panic!("network {network}'s bridge {bridge} has no address"))
 }
 
+/// The host's address as a container on `outside` reaches it, checked
+/// there: from `container` (a server of the test's on that network), the
+/// host's socket at `port` is reached. Docker's and rootful Podman's networks
+/// are the host's own bridges, and the host is their gateway. Rootless
+/// Podman's live in its own network namespace, whose gateway is no address
+/// of the host's, and whose way out (slirp4netns) reaches the host at the
+/// host's own addresses: the one its default route leaves from.
+fn host_address_on(outside: &str, container: &str, port: u16) -> Ipv4Addr {
+    let ip = match test_engine() {
+        TestEngine::Docker | TestEngine::PodmanRootful => gateway(outside),
+        TestEngine::PodmanRootless => {
+            let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            probe.connect("192.0.2.1:9").expect("the host has a default route");
+            match probe.local_addr().unwrap().ip() {
+                std::net::IpAddr::V4(ip) => ip,
+                other => panic!("the host's default route leaves from {other}, not an IPv4 address"),
+            }
+        }
+    };
+    let connect = format!("import socket; socket.create_connection(('{ip}', {port}), 10)");
+    let (code, out) = exec_in(container, &["python3", "-c", &connect]);
+    assert_eq!(code, 0, "the host's socket is not reached from network {outside} at {ip}:{port}: {out}");
+    ip
+}
+
+/// Runs `cmd` in `container` (one of the test's own, not a sandbox): its exit
+/// code and output.
+fn exec_in(container: &str, cmd: &[&str]) -> (i64, String) {
+    let api = docker();
+    let config = bollard::models::ExecConfig {
+        cmd: Some(cmd.iter().map(|s| (*s).to_owned()).collect()),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        ..Default::default()
+    };
+    let exec = block_on(api.create_exec(container, config)).unwrap();
+    let mut text = String::new();
+    if let bollard::exec::StartExecResults::Attached { output, .. } = block_on(api.start_exec(&exec.id, None)).unwrap()
+    {
+        let chunks: Vec<_> = block_on(output.collect());
+        for chunk in chunks.into_iter().filter_map(Result::ok) {
+            text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        }
+    }
+    (block_on(api.inspect_exec(&exec.id)).unwrap().exit_code.unwrap_or(-1), text)
+}
+
 #[test]
 fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreachable() {
     let mut w = World::new();
@@ -239,25 +286,30 @@ fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreacha
         assert_eq!(code, 2, "{host} resolved inside the sandbox: {out}");
     }
 
-    // The server's address answers (from the host), but not from the sandbox
+    // The server's address answers (in its own container: rootless Podman's
+    // networks are out of the host's reach), but not from the sandbox
     // directly, and the proxy refuses the literal address, not being allowed.
-    assert!(TcpStream::connect((server, 80)).is_ok(), "the server listens at {server}:80");
+    let connect = format!("import socket; socket.create_connection(('{server}', 80), 10)");
+    let (code, out) = exec_in(&w.servers[0], &["python3", "-c", &connect]);
+    assert_eq!(code, 0, "the server does not listen at {server}:80: {out}");
     let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{server}/80'"));
     assert_ne!(code, 0, "a direct connection to {server}:80 got through: {out}");
     let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{server}/"));
     assert!(out.trim_end().ends_with("403") && out.contains(&format!("--allow {server}")), "{out}");
 
-    // The host: a socket of the test's on all its addresses, reachable at the
-    // outside network's gateway from the host, neither at the sandbox
-    // network's gateway (which has no address) nor through the proxy.
+    // The host: a socket of the test's on all its addresses, reachable from
+    // the outside network at the host's address there (so the proxy could
+    // reach it), but not from the sandbox: neither there, nor at the sandbox
+    // network's gateway (which has no address), nor through the proxy.
     let host_socket = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = host_socket.local_addr().unwrap().port();
-    let outside_gw = gateway(&outside);
-    assert!(TcpStream::connect((outside_gw, port)).is_ok(), "the host listens at {outside_gw}:{port}");
+    let host_there = host_address_on(&outside, &w.servers[0], port);
     let sandbox_gw = gateway(&sandbox_net);
-    let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{sandbox_gw}/{port}'"));
-    assert_ne!(code, 0, "the host was reached at the sandbox network's gateway: {out}");
-    let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{outside_gw}:{port}/"));
+    for ip in [sandbox_gw, host_there] {
+        let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{ip}/{port}'"));
+        assert_ne!(code, 0, "the sandbox reached the host at {ip}: {out}");
+    }
+    let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' http://{host_there}:{port}/"));
     assert!(out.trim_end().ends_with("403"), "the host was reached through the proxy: {out}");
 
     // A tunnel whose TLS names another host than its CONNECT is cut; the same

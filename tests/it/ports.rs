@@ -378,3 +378,38 @@ fn a_killed_restricted_up_with_ports_leaves_nothing_gc_force_cannot_clean() {
         assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "{step}");
     }
 }
+
+/// A restricted sandbox's ports answer the host on every engine; a full
+/// sandbox's wherever the engine can reach it, and on rootless Podman (whose
+/// full sandboxes are on slirp4netns, a network of their container alone)
+/// `up` refuses them, saying why, and leaves nothing behind.
+#[test]
+fn a_restricted_sandboxs_port_answers_the_host_on_every_engine() {
+    let w = World::new();
+    let env = &w.env;
+    let (r, f) = (env.unique("pr"), env.unique("pf"));
+    let (ws_r, ws_f) = (w.workspace("r"), w.workspace("f"));
+    env.ok(&["up", &r, "--workspace", &ws_r, "-t", "serve", "--network", "restricted", "--publish", "3000"]);
+    assert!(answers(w.ports(&r)[&3000], "r"));
+    env.ok(&["port", &r, "add", "4000"]);
+    let ports = w.ports(&r);
+    assert!(answers(ports[&4000], "r") && answers(ports[&3000], "r"));
+    let full = ["up", &f, "--workspace", &ws_f, "-t", "serve", "--network", "full", "--publish", "3000"];
+    let mut names = vec![r.clone()];
+    if test_engine() == TestEngine::PodmanRootless {
+        let err = env.fails(&full, 4);
+        assert!(err.contains("slirp4netns") && err.contains("--network restricted"), "{err}");
+        assert_eq!(env.run(&["status", &f]).status.code(), Some(3), "a refused up left its sandbox");
+        assert!(inspect(&format!("forage-{f}-Ports")).is_none(), "a refused up left its forwarder");
+    } else {
+        env.ok(&full);
+        assert!(answers(w.ports(&f)[&3000], "f"));
+        names.push(f.clone());
+    }
+    let mut down = vec!["down"];
+    down.extend(names.iter().map(String::as_str));
+    env.ok(&down);
+    env.ok(&["gc", "--force"]);
+    assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
+    env.assert_nothing_left();
+}
