@@ -133,7 +133,9 @@ mod tests {
     #[test]
     fn only_an_own_address_but_loopback_is_the_forwarders() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        for peer in ["127.0.0.1", "::1", "0.0.0.0", "192.0.2.1", "10.215.0.11"] {
+        // Loopback, the unspecified address, and documentation addresses
+        // (RFC 5737) that no machine holds.
+        for peer in ["127.0.0.1", "::1", "0.0.0.0", "198.51.100.77", "203.0.113.9"] {
             assert!(!is_own_address(ip(peer)), "{peer}");
         }
     }

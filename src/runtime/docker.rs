@@ -802,12 +802,20 @@ impl Runtime for Docker {
             vec![LABEL_SANDBOX.to_string(), format!("{LABEL_HOME}={home_label}")],
         )]);
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let containers = self
-            .api()
-            .await?
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| Error::docker("listing containers", e))?;
+        let api = self.api().await?;
+        // Podman 4.3 lists a container whose process ended but whose cleanup
+        // has not run yet as `stopped`, a state the Engine API does not have
+        // (bollard refuses the whole answer): for the moment it lasts, ask again.
+        let mut tries = 0;
+        let containers = loop {
+            match api.list_containers(Some(options.clone())).await {
+                Err(e) if tries < 50 && is_podmans_stopped(&e) => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                other => break other.map_err(|e| Error::docker("listing containers", e))?,
+            }
+        };
         Ok(containers
             .into_iter()
             .filter_map(|c| {
@@ -819,6 +827,11 @@ impl Runtime for Docker {
             })
             .collect())
     }
+}
+
+/// Podman's answer naming its own `stopped` state, which bollard cannot read.
+fn is_podmans_stopped(e: &bollard::errors::Error) -> bool {
+    e.to_string().contains("unknown variant `stopped`")
 }
 
 /// The code in the engine's status text of an ended container: `Exited (137) 5 seconds ago`.
@@ -849,6 +862,16 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn only_podmans_stopped_state_is_listed_again() {
+        let parse = |message: &str| bollard::errors::Error::JsonDataError { message: message.into(), column: 4307 };
+        let stopped = "unknown variant `stopped`, expected one of ``, `created`, `running`, `paused`, `restarting`, `exited`, `removing`, `dead`, `stopping` at line 1 column 4307";
+        assert!(is_podmans_stopped(&parse(stopped)));
+        assert!(!is_podmans_stopped(&parse("unknown variant `zombie`, expected one of ``")));
+        let server = bollard::errors::Error::DockerResponseServerError { status_code: 500, message: "boom".into() };
+        assert!(!is_podmans_stopped(&server));
+    }
 
     #[test]
     fn only_podmans_answers_during_its_cleanup_are_waited_out() {
