@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! FORAGE_HOME/bases/<tree-id>/tree     the checkout (lower layer), never mounted writable
-//!                            /index    its index, whose stat data the overlay shows unchanged
+//!                            /index    its index, whose stat data the overlay shows unchanged;
+//!                                      each sandbox's private repository starts with a hard
+//!                                      link to it, read-only and owned by no agent
 //!                            /users/N  one file per sandbox on it; `gc` removes a base with none
 //! FORAGE_HOME/workspaces/<name>/upper  the agent's changes (upper layer): hostile
 //!                              /work   the overlay's scratch directory
@@ -26,6 +28,12 @@ use serde::{Deserialize, Serialize};
 use super::untrusted::{remove_created_dir, Dir};
 use crate::error::{Error, Result};
 use crate::runtime::Overlay;
+
+/// Who owns a base's index (`nobody`): never the agent, who runs as forage's
+/// own uid (root, for an overlay) without capabilities, so no sandbox can
+/// write the file, or chmod it, in place. Git replaces an index by renaming a
+/// new file over it, which leaves the shared one alone.
+pub const SHARED_INDEX_OWNER: u32 = 65534;
 
 /// The `.git` of every base checkout: what the private repository's gitlink
 /// says too, so the read-only mount over it needs no mountpoint made in the
@@ -175,7 +183,21 @@ fn make_base(
     record_stat_data(&mut index, &checkout)?;
     prepare(&mut index)?;
     index.write().map_err(err)?;
+    share_read_only(&temp.join("index"))?;
     std::fs::write(checkout.join(".git"), GITLINK).map_err(err)
+}
+
+/// Makes the base's index a file every sandbox on the base may be given as a
+/// hard link: read-only to all, owned by `SHARED_INDEX_OWNER`. A forage-ctl
+/// that may not give it away (not root) leaves it its own, and each private
+/// repository then gets a copy.
+fn share_read_only(index: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(index, std::fs::Permissions::from_mode(0o444)).map_err(err)?;
+    let owner = Some(nix::unistd::Uid::from_raw(SHARED_INDEX_OWNER));
+    let group = Some(nix::unistd::Gid::from_raw(SHARED_INDEX_OWNER));
+    let _ = nix::unistd::chown(index, owner, group);
+    Ok(())
 }
 
 /// Puts each checked-out file's stat data in its index entry (libgit2's

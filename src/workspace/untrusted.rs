@@ -316,7 +316,10 @@ impl Dir {
             Kind::File => 0o600,
             _ => return Ok(()),
         };
-        if st.st_mode & add == add {
+        // The agent can change the mode of its own files only, which are
+        // forage's uid's; one owned by another (a copy-on-write base's shared
+        // index, say) keeps its mode.
+        if st.st_mode & add == add || st.st_uid != nix::unistd::geteuid().as_raw() {
             return Ok(());
         }
         let mode = Mode::from_bits_truncate((st.st_mode & 0o7777) | add);

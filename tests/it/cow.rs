@@ -197,6 +197,28 @@ fn sandboxes_on_one_base_never_see_each_others_changes() {
         .collect();
     assert_eq!(users.len(), 2, "{users:?}");
 
+    // Each private repository starts with the base's index as a hard link
+    // (no disk of its own), which no agent can write or chmod in place.
+    use std::os::unix::fs::MetadataExt;
+    let index = |name: &str| env.home.join("private").join(name).join("git/index");
+    let shared = std::fs::metadata(base.join("index")).unwrap();
+    for name in [&one, &two] {
+        assert_eq!(std::fs::metadata(index(name)).unwrap().ino(), shared.ino(), "{name}'s index is the base's");
+    }
+    let base_index = std::fs::read(base.join("index")).unwrap();
+    let attack = "cd /workspace && (printf x >> /forage/git/index) 2>&1; chmod 666 /forage/git/index 2>&1; \
+                  (: > /forage/git/index) 2>&1; stat -c %a /forage/git/index";
+    let out = sh(&env, &one, attack);
+    assert_eq!(out.matches("Permission denied").count(), 2, "{out}");
+    assert!(out.contains("Operation not permitted") && out.ends_with("444\n"), "{out}");
+    assert_eq!(std::fs::read(base.join("index")).unwrap(), base_index, "the shared index was never written");
+    // git replaces an index by renaming a new one over it: the shared one stays.
+    sh(&env, &one, "cd /workspace && printf z > z.txt && git add z.txt && git rm -q --cached z.txt && rm z.txt");
+    assert_ne!(std::fs::metadata(index(&one)).unwrap().ino(), shared.ino(), "one's git wrote an index of its own");
+    assert_eq!(std::fs::read(base.join("index")).unwrap(), base_index);
+    assert_eq!(std::fs::metadata(index(&two)).unwrap().ino(), shared.ino());
+    assert_eq!(sh(&env, &two, "cd /workspace && git status --porcelain"), "", "two's index is still valid");
+
     sh(&env, &one, "cd /workspace && printf 'one\\n' > a.txt && printf 'only one\\n' > one.txt && rm -r d");
     sh(&env, &two, "cd /workspace && rm a.txt && printf 'two\\n' > d/b.txt");
     let look =

@@ -90,7 +90,7 @@ impl PrivateRepo<'_> {
             tags.push_str(&format!("{id} {name}\n"));
         }
         write(&git.join("packed-refs"), tags.as_bytes())?;
-        std::fs::copy(host_index, git.join("index")).map_err(|e| err(format!("copying the index: {e}")))?;
+        first_index(host_index, &git.join("index"))?;
         write(&self.gitlink(), format!("gitdir: {PRIVATE_GIT_TARGET}\n").as_bytes())?;
         std::fs::create_dir(self.remotes()).map_err(err)?;
         self.refresh_remotes(host)
@@ -170,6 +170,23 @@ fn write_refs(dir: &Path, wanted: &BTreeMap<String, Oid>, extra: Option<(String,
 /// `object_dirs` that `host_paths` allows. `up` and `reset` refuse a repository
 /// that borrows from any other (`check_object_dirs`); this drops one added to
 /// `alternates` since, rather than mount it.
+/// Puts `source` in place as the agent's first index at `target`. A
+/// copy-on-write base's index (read-only, owned by `SHARED_INDEX_OWNER`) is
+/// shared as a hard link, which costs no disk: git never writes an index in
+/// place but renames a new one over it, and the agent may not write or chmod
+/// a file it does not own. Any other index (the host's fresh checkout's, or a
+/// base index forage could not give away) is copied, writable.
+fn first_index(source: &Path, target: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let shared = std::fs::metadata(source)
+        .is_ok_and(|m| m.uid() == crate::workspace::cow::SHARED_INDEX_OWNER && m.mode() & 0o222 == 0);
+    if shared && std::fs::hard_link(source, target).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(source, target).map_err(|e| err(format!("copying the index: {e}")))?;
+    std::fs::set_permissions(target, std::fs::Permissions::from_mode(0o644)).map_err(err)
+}
+
 pub(crate) fn mountable_object_dirs(host: &Repository, guard: &Guard) -> Vec<PathBuf> {
     object_dirs(host)
         .into_iter()
