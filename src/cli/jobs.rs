@@ -79,8 +79,12 @@ fn status_word(job: &Job) -> String {
 }
 
 /// `jobs`: one row per job whose context forage keeps.
-pub fn list(ctx: &Ctx) -> Result<i32> {
-    let jobs = crate::jobs::all(&ctx.home)?;
+pub async fn list(ctx: &Ctx) -> Result<i32> {
+    let mut jobs = crate::jobs::all(&ctx.home)?;
+    // Only a job whose sandbox is up needs the engine, to read its agent's state.
+    if jobs.iter().any(|j| j.status == JobStatus::Running && j.sandbox) {
+        jobs = ctx.engine().await?.observe_jobs().await?;
+    }
     if ctx.out.json_wanted() {
         return ctx.out.json(&jobs).map(|()| 0);
     }

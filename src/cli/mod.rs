@@ -321,7 +321,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
         Command::Mcp => mcp::run(&ctx).await,
-        Command::Jobs => jobs::list(&ctx),
+        Command::Jobs => jobs::list(&ctx).await,
         Command::Serve(args) => serve::run(&ctx, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,
         Command::PortForward(args) => port_forward::run(args).await,

@@ -38,7 +38,10 @@ impl<'a> From<&'a EngineInfo> for EngineJson<'a> {
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let job = crate::jobs::load(&ctx.home, args.name.as_str())?;
+    let job = match crate::jobs::load(&ctx.home, args.name.as_str())? {
+        Some(job) => Some(engine.observe_job(job).await),
+        None => None,
+    };
     let s = match (engine.status(&args.name).await, &job) {
         (Ok(s), _) => s,
         // A job's context outlives its sandbox.

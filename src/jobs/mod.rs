@@ -257,6 +257,37 @@ impl<R: Runtime> Engine<R> {
         save(&self.home, &job)
     }
 
+    /// `job` as it stands: one its context still calls running whose agent
+    /// has exited reads as done (exit code 0) or failed, with the exit code,
+    /// while its sandbox is still up. Read from the container, never stored:
+    /// the context changes at `down`, which records the result, and a
+    /// sandbox started again runs again.
+    pub async fn observe_job(&self, mut job: Job) -> Job {
+        if job.status != JobStatus::Running || !job.sandbox {
+            return job;
+        }
+        let Some(record) = SandboxName::parse(&job.name).ok().and_then(|n| self.record(&n).ok()) else { return job };
+        if let Ok(Some(container)) = self.runtime.inspect(&record.container).await {
+            if container.state.has_ended() {
+                job.exit_code = container.exit_code;
+                job.status = match container.exit_code {
+                    Some(code) if code != 0 => JobStatus::Failed,
+                    _ => JobStatus::Done,
+                };
+            }
+        }
+        job
+    }
+
+    /// Every job's context, as `observe_job` sees it.
+    pub async fn observe_jobs(&self) -> Result<Vec<Job>> {
+        let mut jobs = Vec::new();
+        for job in all(&self.home)? {
+            jobs.push(self.observe_job(job).await);
+        }
+        Ok(jobs)
+    }
+
     /// The last of what the agent printed, as text.
     async fn output_tail(&self, record: &Record) -> String {
         let mut bytes = Vec::new();

@@ -88,7 +88,7 @@ pub async fn call(engine: &Engine<Docker>, name: &str, args: Value) -> Result<Va
         "job" => job(engine, arguments(args)?).await?,
         "jobs" => {
             arguments::<NoArgs>(args)?;
-            jobs_list(engine)?
+            jobs_list(engine).await?
         }
         other => {
             let known: Vec<&str> = OPERATIONS.iter().map(|o| o.name).collect();

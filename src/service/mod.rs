@@ -80,7 +80,10 @@ pub async fn list(engine: &Engine<Docker>) -> Result<Value> {
 /// for a job's sandbox); or a job's context once its sandbox is gone.
 pub async fn status(engine: &Engine<Docker>, request: NameRequest) -> Result<Value> {
     let name = sandbox_name(&request.name)?;
-    let job = jobs::load(&engine.home, name.as_str())?;
+    let job = match jobs::load(&engine.home, name.as_str())? {
+        Some(job) => Some(engine.observe_job(job).await),
+        None => None,
+    };
     let status = match (engine.status(&name).await, &job) {
         (Ok(status), _) => status,
         (Err(e), Some(job)) if e.kind() == ErrorKind::NotFound => return Ok(json!({ "job": to_value(job)? })),
@@ -246,6 +249,6 @@ pub async fn job(engine: &Engine<Docker>, request: JobRequest) -> Result<Value> 
 }
 
 /// Every job's context.
-pub fn jobs_list(engine: &Engine<Docker>) -> Result<Value> {
-    Ok(json!({ "jobs": to_value(&jobs::all(&engine.home)?)? }))
+pub async fn jobs_list(engine: &Engine<Docker>) -> Result<Value> {
+    Ok(json!({ "jobs": to_value(&engine.observe_jobs().await?)? }))
 }

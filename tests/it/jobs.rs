@@ -22,7 +22,13 @@ agent:
 
 fn world() -> (Env, PathBuf) {
     let env = Env::new();
-    std::fs::write(env.mkdir("config/forage/templates").join("job.yaml"), TEMPLATE).unwrap();
+    let templates = env.mkdir("config/forage/templates");
+    std::fs::write(templates.join("job.yaml"), TEMPLATE).unwrap();
+    std::fs::write(
+        templates.join("job-fails.yaml"),
+        TEMPLATE.replace("echo finished", "sleep 2; exit 3").replace("git]", "git, sleep]"),
+    )
+    .unwrap();
     let repo = repo(&env, "repo");
     (env, repo)
 }
@@ -74,9 +80,25 @@ fn two_jobs_on_one_source_share_the_mirror_and_keep_their_context() {
     let branch = format!("forage-{b}");
     git(mirror, &["merge-base", "--is-ancestor", &upstream, &branch]);
     assert!(eventually(120, || env.json(&["wait", &b, "--until", "exited", "--json"])["agent"] == "exited"));
+    // Its agent exited 0: the job reads as done while its sandbox is still up,
+    // though its context stores `running` until `down` records the result.
     let live = env.json(&["status", &b, "--json"]);
-    assert_eq!((live["job"]["status"].as_str(), live["job"]["sandbox"].as_bool()), (Some("running"), Some(true)));
+    let seen = |j: &Value| (j["status"].as_str().map(str::to_owned), j["exit_code"].as_i64(), j["sandbox"].as_bool());
+    assert_eq!(seen(&live["job"]), (Some("done".into()), Some(0), Some(true)), "{live}");
+    let stored: Value =
+        serde_json::from_slice(&std::fs::read(env.home.join("jobs").join(&b).join("job.json")).unwrap()).unwrap();
+    assert_eq!(stored["status"], "running");
+    // An agent that exits non-zero: failed, with its exit code, live and once recorded.
+    let c = env.unique("job-c");
+    let out = env.run(&["up", &c, "--repo", repo.to_str().unwrap(), "--job", "-t", "job-fails", "--task", "c"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(eventually(120, || env.json(&["wait", &c, "--until", "exited", "--json"])["agent"] == "exited"));
+    let failed = (Some("failed".into()), Some(3), Some(true));
+    assert_eq!(seen(job(&env.json(&["jobs", "--json"]), &c)), failed);
+    assert!(env.ok(&["jobs"]).contains("failed (exit code 3)"));
     env.ok(&["down", &b]);
+    env.ok(&["down", &c]);
+    assert_eq!(seen(&env.json(&["status", &c, "--json"])), (Some("failed".into()), Some(3), Some(false)));
 
     // Both contexts outlive their sandboxes, through `jobs` and `status`.
     let jobs = env.json(&["jobs", "--json"]);
