@@ -11,6 +11,7 @@ pub mod host_paths;
 pub mod inside;
 pub mod jobs;
 pub mod mcp;
+pub mod mcp_stdio;
 pub mod names;
 pub mod ports;
 pub mod progress;

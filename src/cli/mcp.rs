@@ -13,9 +13,10 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
     ctx.no_json("mcp", "speaks MCP on stdout")?;
     let server = Server::new(ctx.engine().await?);
     ctx.cancel_on_signals();
+    let stdio = crate::mcp_stdio::checked_stdio();
     let running = server
         .clone()
-        .serve(rmcp::transport::stdio())
+        .serve((stdio.input, stdio.output))
         .await
         .map_err(|e| Error::other(format!("the MCP client did not start a session: {e}")))?;
     tokio::select! {
@@ -27,5 +28,7 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
         () = ctx.cancel.triggered() => {}
     }
     server.shutdown().await;
+    // rmcp's output is closed now; what it wrote last reaches stdout first.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stdio.writer).await;
     Ok(0)
 }

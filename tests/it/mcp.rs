@@ -178,13 +178,18 @@ fn bad_requests_get_a_json_rpc_error_and_change_nothing() {
     block_on(client.cancel()).unwrap();
 
     // What no SDK client sends: a line that is no JSON, a call without a
-    // tool name. The server answers the call with an error and goes on.
+    // tool name, a call whose params are no object. Each is answered as
+    // JSON-RPC 2.0 asks, and the server goes on.
     let mut raw = RawSession::start(&env, &[]);
     raw.line("this is not json");
+    let parse = raw.until(|m| m["id"].is_null());
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
     raw.line(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#);
+    raw.line(r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":5}"#);
     raw.line(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"list","arguments":{}}}"#);
     let seven = raw.answer(7);
     assert!(seven["error"]["code"].as_i64().is_some(), "{seven}");
+    assert_eq!(raw.answer(9)["error"]["code"], -32600);
     assert_eq!(raw.answer(8)["result"]["structuredContent"]["sandboxes"], json!([]));
     raw.close();
 
@@ -266,8 +271,12 @@ impl RawSession {
         stdin.flush().unwrap();
     }
 
-    /// Reads messages until one matches; panics if the server closes first.
+    /// The first message that matches, of those read before (answers need
+    /// not come in the order asked) or read now; panics if the server closes first.
     fn until(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.seen.iter().position(&wanted) {
+            return self.seen.remove(at);
+        }
         loop {
             let mut line = String::new();
             if self.stdout.read_line(&mut line).unwrap() == 0 {
