@@ -35,13 +35,15 @@ use crate::error::{ErrorKind, Result};
 use crate::progress::{Progress, Silent};
 use crate::runtime::docker::Docker;
 use crate::sandbox::{Cancel, Engine};
-use crate::service::call::{call, CallError, Operation, OPERATIONS};
+use crate::service::call::{call, CallError, Defaults, Operation, OPERATIONS};
 use crate::service::{self, *};
 
 /// The server: the engine every call clones, and what shutdown needs.
 #[derive(Clone)]
 pub struct Server {
     engine: Engine<Docker>,
+    /// What requests leave to the server.
+    defaults: Defaults,
     /// Set once the server stops taking calls; each call's `Cancel` follows it.
     shutdown: Cancel,
     /// Held shared by every call in flight; `shutdown` takes it exclusively.
@@ -71,8 +73,8 @@ const SCHEMAS: &[(&str, SchemaFn)] = &[
 ];
 
 impl Server {
-    pub fn new(engine: Engine<Docker>) -> Self {
-        Server { engine, shutdown: Cancel::default(), in_flight: Arc::new(RwLock::new(())) }
+    pub fn new(engine: Engine<Docker>, defaults: Defaults) -> Self {
+        Server { engine, defaults, shutdown: Cancel::default(), in_flight: Arc::new(RwLock::new(())) }
     }
 
     /// Stops taking calls, cancels those in flight, and returns once each has
@@ -109,7 +111,7 @@ impl Server {
 
     async fn call(&self, params: CallToolRequestParams, engine: &Engine<Docker>) -> Result<CallToolResult, ErrorData> {
         let args = Value::Object(params.arguments.unwrap_or_default());
-        match call(engine, params.name.as_ref(), args).await {
+        match call(engine, params.name.as_ref(), args, self.defaults).await {
             Ok(value) => answer(Ok(value)),
             Err(CallError::Unknown(text) | CallError::BadArguments(text)) => Err(ErrorData::invalid_params(text, None)),
             Err(CallError::Failed(e)) => answer(Err(e)),

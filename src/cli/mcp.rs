@@ -7,11 +7,21 @@ use rmcp::ServiceExt;
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::mcp::Server;
+use crate::service::call::Defaults;
 
-pub async fn run(ctx: &Ctx) -> Result<i32> {
+#[derive(clap::Args, Debug)]
+pub struct McpArgs {
+    /// Tear a job's sandbox down once its agent exits, for `job` calls that
+    /// do not say (`cleanup`); its context, branch and archives stay
+    #[arg(long)]
+    cleanup_on_complete: bool,
+}
+
+pub async fn run(ctx: &Ctx, args: McpArgs) -> Result<i32> {
     // stdout carries the protocol: nothing else may write there.
     ctx.no_json("mcp", "speaks MCP on stdout")?;
-    let server = Server::new(ctx.engine().await?);
+    let defaults = Defaults { cleanup_on_complete: args.cleanup_on_complete };
+    let server = Server::new(ctx.engine().await?, defaults);
     ctx.cancel_on_signals();
     let stdio = crate::mcp_stdio::checked_stdio();
     let running = server

@@ -195,7 +195,7 @@ pub enum Command {
     /// Serve forage's tools (create, exec, diff, merge, down, …) to an agent
     /// over MCP on stdin/stdout, until the client disconnects.
     #[command(after_help = "Example: claude mcp add forage -- forage-ctl mcp")]
-    Mcp,
+    Mcp(mcp::McpArgs),
     /// Serve forage's operations as an HTTP/JSON API on a unix socket (and
     /// optionally a loopback port with a token), until stopped.
     #[command(after_help = "Example: forage-ctl serve --socket /run/user/1000/forage.sock")]
@@ -320,7 +320,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         Command::Templates(args) => templates::run(&ctx, args),
         Command::Completions(args) => completions::run(&ctx, args),
         Command::Man(args) => completions::man(&ctx, args),
-        Command::Mcp => mcp::run(&ctx).await,
+        Command::Mcp(args) => mcp::run(&ctx, args).await,
         Command::Jobs => jobs::list(&ctx).await,
         Command::Serve(args) => serve::run(&ctx, args).await,
         Command::EgressProxy(args) => egress_proxy::run(args).await,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::server::{listen, Config, Server};
+use crate::service::call::Defaults;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -28,6 +29,10 @@ pub struct ServeArgs {
     /// [default: your home directory]
     #[arg(long = "root", value_name = "DIR")]
     roots: Vec<PathBuf>,
+    /// Tear a job's sandbox down once its agent exits, for job requests that
+    /// do not say (`cleanup`); its context, branch and archives stay
+    #[arg(long)]
+    cleanup_on_complete: bool,
     /// Print the API's OpenAPI document and exit
     #[arg(long)]
     openapi: bool,
@@ -66,7 +71,8 @@ pub async fn run(ctx: &Ctx, args: ServeArgs) -> Result<i32> {
         let from = args.token_file.clone().unwrap_or_else(|| ctx.home.root().join("serve/token"));
         ctx.out.status(format!("and on http://{at} (bearer token in {})", from.display()));
     }
-    let config = Config { socket: Some(path), tcp: args.tcp, token, roots };
+    let defaults = Defaults { cleanup_on_complete: args.cleanup_on_complete };
+    let config = Config { socket: Some(path), tcp: args.tcp, token, roots, defaults };
     let server = Server::new(ctx.engine().await?, config);
     ctx.cancel_on_signals();
     listen::serve(server, Some(&socket), tcp, ctx.cancel.clone()).await;

@@ -38,7 +38,7 @@ use crate::error::{Error, ErrorKind};
 use crate::progress::Silent;
 use crate::runtime::docker::Docker;
 use crate::sandbox::{Cancel, Engine};
-use crate::service::call::{call, CallError, OPERATIONS};
+use crate::service::call::{call, CallError, Defaults, OPERATIONS};
 
 /// A response's body: a JSON answer, or a stream of events (`stream`).
 pub type Body = UnsyncBoxBody<Bytes, std::convert::Infallible>;
@@ -57,6 +57,8 @@ pub struct Config {
     pub token: Option<String>,
     /// Canonical directories a workspace must lie under.
     pub roots: Vec<PathBuf>,
+    /// What requests leave to the server.
+    pub defaults: Defaults,
 }
 
 /// The server's state, shared by every connection.
@@ -179,12 +181,13 @@ impl Server {
     /// (the client went away) or the server stops.
     async fn run(self: Arc<Self>, op: String, args: Value) -> Response<Body> {
         let Some((engine, _cancel_if_dropped, in_flight)) = self.begin() else { return stopping() };
+        let defaults = self.config.defaults;
         // The task, not this future, holds the in-flight lock: a client that
         // went away cancels the work, and a stopping server still waits for
         // its rollback.
         let task = tokio::spawn(async move {
             let _in_flight = in_flight;
-            call(&engine, &op, args).await
+            call(&engine, &op, args, defaults).await
         });
         let done = task.await;
         match done {

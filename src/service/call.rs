@@ -37,7 +37,7 @@ pub const OPERATIONS: &[Operation] = &[
     op::<MergeToolRequest>("merge", "Land the agent's work on your branch (jj: bookmark) in your checkout: merge, squash or rebase; `dry_run` only says what would land.", false),
     op::<NameRequest>("apply", "The agent's whole change as uncommitted edits in your checkout.", false),
     op::<DownRequest>("down", "Tear a sandbox down: container first, then workspace and record; its unmerged work is archived (unless `discard`). Reports progress.", false),
-    op::<JobRequest>("job", "Run a job: the repository (a path or file:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup`, waits for the agent to exit and tears the sandbox down. Reports progress.", false),
+    op::<JobRequest>("job", "Run a job: the repository (a path or file:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup` (default: the server's --cleanup-on-complete, off), waits for the agent to exit and tears the sandbox down. Reports progress.", false),
     op::<NoArgs>("jobs", "Every job's context: task, status (queued, running, done, failed), times, exit code, output tail, result.", true),
     op::<ArchivesRequest>("archives", "What `down` archived, for `forage-ctl restore`.", true),
 ];
@@ -65,8 +65,17 @@ pub fn arguments<T: DeserializeOwned>(args: Value) -> Result<T, CallError> {
     serde_json::from_value(args).map_err(|e| CallError::BadArguments(format!("invalid arguments: {e}")))
 }
 
+/// What the server running the operations (`serve`, `mcp`) was started
+/// with, for what a request leaves to it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Defaults {
+    /// A job asked for without `cleanup` is torn down once its agent exits
+    /// (`--cleanup-on-complete`); off, its sandbox stays, debuggable.
+    pub cleanup_on_complete: bool,
+}
+
 /// Runs operation `name` with `args` on `engine`.
-pub async fn call(engine: &Engine<Docker>, name: &str, args: Value) -> Result<Value, CallError> {
+pub async fn call(engine: &Engine<Docker>, name: &str, args: Value, defaults: Defaults) -> Result<Value, CallError> {
     Ok(match name {
         "create" => create(engine, arguments(args)?).await?,
         "list" => {
@@ -85,7 +94,7 @@ pub async fn call(engine: &Engine<Docker>, name: &str, args: Value) -> Result<Va
         "apply" => apply(engine, arguments(args)?).await?,
         "down" => down(engine, arguments(args)?).await?,
         "archives" => archives(engine, arguments(args)?)?,
-        "job" => job(engine, arguments(args)?).await?,
+        "job" => job(engine, arguments(args)?, defaults).await?,
         "jobs" => {
             arguments::<NoArgs>(args)?;
             jobs_list(engine).await?

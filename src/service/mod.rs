@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use self::call::Defaults;
 use crate::error::{Error, ErrorKind, Hint, Result};
 use crate::jobs::{self, JobSpec};
 use crate::names::SandboxName;
@@ -235,8 +236,8 @@ pub fn archives(engine: &Engine<Docker>, request: ArchivesRequest) -> Result<Val
 /// Starts a job; with `cleanup`, also waits for its agent to exit and tears
 /// its sandbox down. Returns the job's context (and, without `cleanup`, the
 /// sandbox's record).
-pub async fn job(engine: &Engine<Docker>, request: JobRequest) -> Result<Value> {
-    let (up, source, cleanup) = request.into_spec()?;
+pub async fn job(engine: &Engine<Docker>, request: JobRequest, defaults: Defaults) -> Result<Value> {
+    let (up, source, cleanup) = request.into_spec(defaults.cleanup_on_complete)?;
     let (job, record) = engine.start_job(JobSpec { up, source, cleanup }).await?;
     if !cleanup {
         return Ok(json!({ "job": to_value(&job)?, "sandbox": to_value(&record)? }));

@@ -361,14 +361,18 @@ pub struct JobRequest {
     #[serde(default)]
     pub agent_args: Vec<String>,
     /// Wait for the agent to exit, record the result, and tear the sandbox down
-    /// (its branch kept in the mirror, the context kept); the call returns the job's context.
+    /// (its branch kept in the mirror, the context kept); the call returns the
+    /// job's context. Default: the server's `--cleanup-on-complete` (off: the
+    /// sandbox is kept, debuggable, until `down`).
     #[serde(default)]
-    pub cleanup: bool,
+    pub cleanup: Option<bool>,
 }
 
 impl JobRequest {
-    /// The `up` of the job's sandbox (its workspace is the mirror, set once fetched).
-    pub fn into_spec(self) -> Result<(UpSpec, String, bool)> {
+    /// The `up` of the job's sandbox (its workspace is the mirror, set once
+    /// fetched), the source, and whether to clean up (`cleanup`, else
+    /// `cleanup_on_complete`, the server's default).
+    pub fn into_spec(self, cleanup_on_complete: bool) -> Result<(UpSpec, String, bool)> {
         let local = self.repo.starts_with("file://") || std::path::Path::new(&self.repo).is_absolute();
         if !local && !crate::jobs::mirror::is_network_url(&self.repo) {
             return Err(Error::usage(format!(
@@ -395,6 +399,6 @@ impl JobRequest {
             no_start: false,
             agent_args: self.agent_args,
         };
-        Ok((create.into_spec()?, self.repo, self.cleanup))
+        Ok((create.into_spec()?, self.repo, self.cleanup.unwrap_or(cleanup_on_complete)))
     }
 }

@@ -19,8 +19,14 @@ type Client = RunningService<RoleClient, ()>;
 
 /// An MCP session with `forage-ctl mcp` of this test's FORAGE_HOME.
 fn connect(env: &Env) -> Client {
+    connect_with(env, &[])
+}
+
+/// `connect`, the server started with `flags`.
+fn connect_with(env: &Env, flags: &[&str]) -> Client {
     block_on(async {
-        let cmd = tokio::process::Command::from(env.cmd(&["mcp"]));
+        let args: Vec<&str> = ["mcp"].iter().chain(flags).copied().collect();
+        let cmd = tokio::process::Command::from(env.cmd(&args));
         let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::inherit()).spawn().unwrap();
         ().serve(transport).await.expect("an MCP session with forage-ctl mcp")
     })
@@ -343,6 +349,24 @@ fn a_job_through_mcp_keeps_its_context_after_cleanup() {
     let e = rpc_error(&client, "job", json!({ "name": "other", "repo": "repo" }));
     assert!(e.message.contains("absolute"), "{}", e.message);
     assert_eq!(ok(&client, "jobs", json!({}))["jobs"].as_array().unwrap().len(), 1);
+    block_on(client.cancel()).unwrap();
+    assert_eq!(env.containers(), Vec::<String>::new());
+
+    // A server started with --cleanup-on-complete cleans up a job that does
+    // not say; one that says `cleanup: false` keeps its sandbox.
+    let client = connect_with(&env, &["--cleanup-on-complete"]);
+    let (cleaned, kept) = (env.unique("mcp-job-default"), env.unique("mcp-job-kept"));
+    let done = ok(&client, "job", json!({ "name": cleaned, "repo": repo, "template": "job", "task": "t" }));
+    assert_eq!(
+        (done["job"]["status"].as_str(), done["job"]["sandbox"].as_bool()),
+        (Some("done"), Some(false)),
+        "{done}"
+    );
+    let up =
+        ok(&client, "job", json!({ "name": kept, "repo": repo, "template": "job", "task": "t", "cleanup": false }));
+    assert_eq!((up["job"]["status"].as_str(), up["job"]["sandbox"].as_bool()), (Some("running"), Some(true)), "{up}");
+    assert_eq!(env.containers().len(), 1);
+    ok(&client, "down", json!({ "name": kept }));
     block_on(client.cancel()).unwrap();
     assert_eq!(env.containers(), Vec::<String>::new());
 }

@@ -421,14 +421,19 @@ fn thirty_two_jobs_at_once_all_succeed_on_one_mirror_and_leave_nothing() {
     std::fs::write(env.mkdir("config/forage/templates").join("job.yaml"), crate::jobs::TEMPLATE).unwrap();
     let repo = repo(&env, "repo");
     let before = repo_state(&repo);
-    let served = Served::start(&env, &[], &[]);
+    // Half the jobs ask for cleanup, half leave it to the server's default.
+    let served = Served::start(&env, &["--cleanup-on-complete"], &[]);
     let names: Vec<String> = (0..32).map(|i| env.unique(&format!("http-job-{i}"))).collect();
     let answers: Vec<Value> = std::thread::scope(|s| {
         let calls: Vec<_> = names
             .iter()
-            .map(|name| {
+            .enumerate()
+            .map(|(i, name)| {
                 let (served, repo) = (&served, &repo);
-                let job = json!({ "name": name, "repo": repo, "template": "job", "task": name, "cleanup": true });
+                let mut job = json!({ "name": name, "repo": repo, "template": "job", "task": name });
+                if i % 2 == 0 {
+                    job["cleanup"] = json!(true);
+                }
                 s.spawn(move || served.ok("job", job))
             })
             .collect();
