@@ -188,24 +188,39 @@ fn is_podmans_keep_id_hiccup(e: &bollard::errors::Error) -> bool {
 
 async fn connect(host: &str) -> Result<(bollard::Docker, EngineInfo)> {
     let unreachable = |e: bollard::errors::Error| unreachable(host, &e);
-    let api = if host.starts_with("unix://") {
-        bollard::Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)
-    } else {
-        bollard::Docker::connect_with_http(host, 120, bollard::API_DEFAULT_VERSION)
-    }
-    .map_err(unreachable)?;
-    let api = api.negotiate_version().await.map_err(unreachable)?;
-    let v = api.client_version();
-    let (major, minor) = (v.major_version, v.minor_version);
+    let client = |version: &bollard::ClientVersion| {
+        if host.starts_with("unix://") {
+            bollard::Docker::connect_with_unix(host, 120, version)
+        } else {
+            bollard::Docker::connect_with_http(host, 120, version)
+        }
+        .map_err(unreachable)
+    };
+    // One `/version` (unversioned) both names the engine and settles the
+    // API version, as bollard's `negotiate_version` would with a second one:
+    // each costs the engine a few milliseconds on every command.
+    let version = client(bollard::API_DEFAULT_VERSION)?.version().await.map_err(unreachable)?;
+    let (major, minor) = negotiated(version.api_version.as_deref()).ok_or_else(|| {
+        Error::engine(format!("the engine at {host} named no API version it speaks ({:?})", version.api_version))
+    })?;
     if (major, minor) < MIN_API {
         return Err(Error::engine(format!(
             "the Docker engine at {host} speaks API {major}.{minor}; forage needs {}.{} or newer (Docker 20.10+)",
             MIN_API.0, MIN_API.1
         )));
     }
-    let version = api.version().await.map_err(unreachable)?;
+    let api = client(&bollard::ClientVersion { major_version: major, minor_version: minor })?;
     let info = EngineInfo::new(host, &version);
     Ok((api, info))
+}
+
+/// The API version to speak: the engine's (`"1.41"`), or bollard's own when
+/// that is older.
+fn negotiated(engine: Option<&str>) -> Option<(usize, usize)> {
+    let (major, minor) = engine?.trim().split_once('.')?;
+    let engine = (major.parse().ok()?, minor.parse().ok()?);
+    let ours = (bollard::API_DEFAULT_VERSION.major_version, bollard::API_DEFAULT_VERSION.minor_version);
+    Some(engine.min(ours))
 }
 
 impl Docker {
@@ -871,6 +886,16 @@ mod tests {
         assert!(!is_podmans_stopped(&parse("unknown variant `zombie`, expected one of ``")));
         let server = bollard::errors::Error::DockerResponseServerError { status_code: 500, message: "boom".into() };
         assert!(!is_podmans_stopped(&server));
+    }
+
+    #[test]
+    fn the_api_version_is_the_engines_or_ours_whichever_is_older() {
+        let ours = (bollard::API_DEFAULT_VERSION.major_version, bollard::API_DEFAULT_VERSION.minor_version);
+        assert_eq!(negotiated(Some("1.41")), Some((1, 41)));
+        assert_eq!(negotiated(Some("1.99")), Some(ours));
+        assert_eq!(negotiated(Some("2.0")), Some(ours));
+        assert_eq!(negotiated(Some("one.41")), None);
+        assert_eq!(negotiated(None), None);
     }
 
     #[test]
