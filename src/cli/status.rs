@@ -38,10 +38,7 @@ impl<'a> From<&'a EngineInfo> for EngineJson<'a> {
 
 pub async fn run(ctx: &Ctx, args: NameArg) -> Result<i32> {
     let engine = ctx.engine().await?;
-    let job = match crate::jobs::load(&ctx.home, args.name.as_str())? {
-        Some(job) => Some(engine.observe_job(job).await),
-        None => None,
-    };
+    let job = engine.observed_job(args.name.as_str()).await?;
     let s = match (engine.status(&args.name).await, &job) {
         (Ok(s), _) => s,
         // A job's context outlives its sandbox.

@@ -262,7 +262,7 @@ impl<R: Runtime> Engine<R> {
     /// while its sandbox is still up. Read from the container, never stored:
     /// the context changes at `down`, which records the result, and a
     /// sandbox started again runs again.
-    pub async fn observe_job(&self, mut job: Job) -> Job {
+    async fn observe_job(&self, mut job: Job) -> Job {
         if job.status != JobStatus::Running || !job.sandbox {
             return job;
         }
@@ -277,6 +277,14 @@ impl<R: Runtime> Engine<R> {
             }
         }
         job
+    }
+
+    /// Job `name`'s context, if there is one, as `observe_job` sees it.
+    pub async fn observed_job(&self, name: &str) -> Result<Option<Job>> {
+        Ok(match load(&self.home, name)? {
+            Some(job) => Some(self.observe_job(job).await),
+            None => None,
+        })
     }
 
     /// Every job's context, as `observe_job` sees it.

@@ -37,7 +37,7 @@ pub const OPERATIONS: &[Operation] = &[
     op::<MergeToolRequest>("merge", "Land the agent's work on your branch (jj: bookmark) in your checkout: merge, squash or rebase; `dry_run` only says what would land.", false),
     op::<NameRequest>("apply", "The agent's whole change as uncommitted edits in your checkout.", false),
     op::<DownRequest>("down", "Tear a sandbox down: container first, then workspace and record; its unmerged work is archived (unless `discard`). Reports progress.", false),
-    op::<JobRequest>("job", "Run a job: the repository (a path or file:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup` (default: the server's --cleanup-on-complete, off), waits for the agent to exit and tears the sandbox down. Reports progress.", false),
+    op::<JobRequest>("job", "Run a job: the repository (an absolute path, or a file://, https://, http:// or git:// URL) fetched into forage's mirror, a sandbox made from the mirror on a branch of its own, and the job's context (task, status, times, result) kept on disk after the sandbox goes. With `cleanup` (default: the server's --cleanup-on-complete, off), waits for the agent to exit and tears the sandbox down. Reports progress.", false),
     op::<NoArgs>("jobs", "Every job's context: task, status (queued, running, done, failed), times, exit code, output tail, result.", true),
     op::<ArchivesRequest>("archives", "What `down` archived, for `forage-ctl restore`.", true),
 ];

@@ -81,10 +81,7 @@ pub async fn list(engine: &Engine<Docker>) -> Result<Value> {
 /// for a job's sandbox); or a job's context once its sandbox is gone.
 pub async fn status(engine: &Engine<Docker>, request: NameRequest) -> Result<Value> {
     let name = sandbox_name(&request.name)?;
-    let job = match jobs::load(&engine.home, name.as_str())? {
-        Some(job) => Some(engine.observe_job(job).await),
-        None => None,
-    };
+    let job = engine.observed_job(name.as_str()).await?;
     let status = match (engine.status(&name).await, &job) {
         (Ok(status), _) => status,
         (Err(e), Some(job)) if e.kind() == ErrorKind::NotFound => return Ok(json!({ "job": to_value(job)? })),
