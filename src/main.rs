@@ -9,6 +9,7 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    forage::env::start_libgit2_without_tls_roots();
     // A Tab in a shell whose completion script `forage-ctl completions` printed:
     // answer with the candidates and exit.
     clap_complete::CompleteEnv::with_factory(forage::cli::command).var(forage::cli::COMPLETE_VAR).complete();

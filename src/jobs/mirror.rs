@@ -150,6 +150,8 @@ pub fn update(dir: &Path, url: &str, cancelled: &(dyn Fn() -> bool + Sync)) -> R
     Ok(Updated::Cloned)
 }
 
+/// libgit2's timeouts, and its TLS roots when forage-ctl started it without
+/// them (`env::start_libgit2_without_tls_roots`).
 #[allow(unsafe_code)] // git2's setters of libgit2's global options are `unsafe fn`s.
 fn set_timeouts() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -159,6 +161,9 @@ fn set_timeouts() {
         unsafe {
             let _ = git2::opts::set_server_connect_timeout_in_milliseconds(CONNECT_TIMEOUT_MS);
             let _ = git2::opts::set_server_timeout_in_milliseconds(SERVER_TIMEOUT_MS);
+            if let Some(roots) = crate::env::tls_roots_for_libgit2() {
+                let _ = git2::opts::set_ssl_cert_file(roots);
+            }
         }
     });
 }
