@@ -1,7 +1,8 @@
 //! Every environment variable forage reads, read in this one place (as uv's
 //! `EnvVars`), into `Settings`: the CLI reads them once per process, and a server
 //! can build `Settings` per request. Nothing else in the crate reads the
-//! environment (clippy's `disallowed-methods` keeps it so).
+//! environment (clippy's `disallowed-methods` keeps it so), and only
+//! `start_libgit2_without_tls_roots` changes it, at the start of `main`.
 //!
 //! | variable | what it sets |
 //! |---|---|
@@ -17,6 +18,7 @@
 //! | `FORAGE_PAGER`, `PAGER` | the pager `diff` and `log` use on a terminal (default `less`, with `LESS=FRX` unless `LESS` is set; `cat` or empty: none) |
 //! | `FORAGE_COW_THRESHOLD` | the number of files from which a git sandbox's checkout is copy-on-write by default (20000) |
 //! | `FORAGE_DEBUG_KILL_AFTER`, `FORAGE_DEBUG_PAUSE_AFTER` | fault-injection hooks for the crash tests |
+//! | `SSL_CERT_FILE` | the roots the egress proxy and a job's https fetch trust (default the system's bundle); forage-ctl hides it from libgit2's start only (`start_libgit2_without_tls_roots`) and puts it back |
 //! | `RUST_LOG` | tracing filters (read by tracing-subscriber) |
 
 #![allow(clippy::disallowed_methods)]
