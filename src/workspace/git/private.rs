@@ -178,8 +178,10 @@ fn write_refs(dir: &Path, wanted: &BTreeMap<String, Oid>, extra: Option<(String,
 /// base index forage could not give away) is copied, writable.
 fn first_index(source: &Path, target: &Path) -> Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let shared = std::fs::metadata(source)
-        .is_ok_and(|m| m.uid() == crate::workspace::cow::SHARED_INDEX_OWNER && m.mode() & 0o222 == 0);
+    // Never a file of forage's own uid, which the agent shares and could chmod.
+    let owner = crate::workspace::cow::SHARED_INDEX_OWNER;
+    let own = nix::unistd::geteuid().as_raw();
+    let shared = std::fs::metadata(source).is_ok_and(|m| m.uid() == owner && owner != own && m.mode() & 0o222 == 0);
     if shared && std::fs::hard_link(source, target).is_ok() {
         return Ok(());
     }
