@@ -357,3 +357,12 @@ pub fn static_program(source: &Path, out: &Path) {
     let built = Command::new("cc").args(["-static", "-O1", "-o"]).arg(out).arg(source).output().unwrap();
     assert!(built.status.success(), "building {}: {}", source.display(), describe(&built));
 }
+
+/// Held by a test while it has a template of its own in /etc/forage/templates
+/// (the system's directory, which no test's environment can move elsewhere),
+/// and by a test whose output lists every template, which would show it.
+static SYSTEM_TEMPLATES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn system_templates_held() -> std::sync::MutexGuard<'static, ()> {
+    SYSTEM_TEMPLATES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

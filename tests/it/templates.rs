@@ -38,6 +38,8 @@ fn origin(env: &Env, tpl_path: &Path, name: &str) -> String {
 
 #[test]
 fn the_search_path_is_env_then_user_then_etc_then_builtin() {
+    // Held until after the /etc template is removed (dropped last).
+    let _held = system_templates_held();
     let env = Env::new();
     let name = format!("it-prec-{}", std::process::id());
     let body = |d: &str| format!("description: {d}\nimage: x\nagent: {{command: [sh]}}\n");
