@@ -23,6 +23,9 @@
 
 #![allow(clippy::disallowed_methods)]
 
+/// The system's bundle of roots on the host (Debian's), when `SSL_CERT_FILE` names none.
+const HOST_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -104,7 +107,7 @@ impl Settings {
     /// The roots the host trusts: `SSL_CERT_FILE` (as OpenSSL reads it), else
     /// the system's bundle. The egress proxy checks injected hosts against them.
     pub fn trusted_roots(&self) -> PathBuf {
-        self.ssl_cert_file.clone().unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"))
+        self.ssl_cert_file.clone().unwrap_or_else(|| PathBuf::from(HOST_ROOTS))
     }
 
     /// `~/rest` with `~` the user's home; other paths as they are.
@@ -143,7 +146,7 @@ static LIBGIT2_TLS_ROOTS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::ne
 /// environment is changed only then.
 pub fn start_libgit2_without_tls_roots() {
     let user = var_os("SSL_CERT_FILE");
-    let roots = user.clone().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+    let roots = user.clone().map_or_else(|| PathBuf::from(HOST_ROOTS), PathBuf::from);
     let _ = LIBGIT2_TLS_ROOTS.set(roots);
     std::env::set_var("SSL_CERT_FILE", "/dev/null");
     // Any git2 call starts libgit2; this one touches nothing on disk.

@@ -24,9 +24,11 @@ fn world() -> (Env, PathBuf) {
     let env = Env::new();
     let templates = env.mkdir("config/forage/templates");
     std::fs::write(templates.join("job.yaml"), TEMPLATE).unwrap();
+    // It outlives `up`'s start-up watch (a third of the start, seconds on a
+    // loaded machine), which would fail `up` for an agent that exits non-zero.
     std::fs::write(
         templates.join("job-fails.yaml"),
-        TEMPLATE.replace("echo finished", "sleep 2; exit 3").replace("git]", "git, sleep]"),
+        TEMPLATE.replace("echo finished", "sleep 10; exit 3").replace("git]", "git, sleep]"),
     )
     .unwrap();
     let repo = repo(&env, "repo");
