@@ -232,14 +232,17 @@ impl Env {
 
     /// Containers labelled as belonging to this FORAGE_HOME.
     pub fn containers(&self) -> Vec<String> {
+        self.containers_on(&self.docker()).unwrap()
+    }
+
+    fn containers_on(&self, api: &bollard::Docker) -> Result<Vec<String>, bollard::errors::Error> {
         let filters = HashMap::from([("label".to_string(), vec![format!("forage.home={}", self.home.display())])]);
-        let list = block_on(self.docker().list_containers(Some(ListContainersOptions {
+        let list = block_on(api.list_containers(Some(ListContainersOptions {
             all: true,
             filters: Some(filters),
             ..Default::default()
-        })))
-        .unwrap();
-        list.into_iter().flat_map(|c| c.names.unwrap_or_default()).collect()
+        })))?;
+        Ok(list.into_iter().flat_map(|c| c.names.unwrap_or_default()).collect())
     }
 
     /// Files under FORAGE_HOME other than forage's own empty directories.
@@ -282,10 +285,13 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 impl Drop for Env {
     fn drop(&mut self) {
         // A test that stopped its private engine and failed has nothing to clean here.
+        // Nor does one whose engine went away: a panic here, while the
+        // test's own panic unwinds, would abort every test in the binary.
         let Ok(api) = connect(self.docker_host.as_deref()) else {
             return;
         };
-        for name in self.containers() {
+        let Ok(names) = self.containers_on(&api) else { return };
+        for name in names {
             let opts = bollard::query_parameters::RemoveContainerOptions { force: true, v: true, ..Default::default() };
             let _ = block_on(api.remove_container(name.trim_start_matches('/'), Some(opts)));
         }
