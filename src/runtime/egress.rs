@@ -52,14 +52,33 @@ pub enum ProxyState {
     Made,
 }
 
+/// Lists networks. Podman 4.3 answers 500 "getting container from store …:
+/// container not known" while a container on a listed network is being
+/// removed; for the moment that lasts (at most five seconds), ask again.
+async fn list_networks(
+    api: &bollard::Docker,
+    options: Option<ListNetworksOptions>,
+) -> Result<Vec<bollard::models::Network>> {
+    let mut tries = 0;
+    loop {
+        match api.list_networks(options.clone()).await {
+            Err(e) if tries < 50 && is_podmans_container_not_known(&e) => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other.map_err(|e| Error::docker("listing networks", e)),
+        }
+    }
+}
+
+fn is_podmans_container_not_known(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+        if message.contains("getting container from store") && message.contains("container not known"))
+}
+
 impl Docker {
     pub(crate) async fn docker_used_subnets(&self) -> Result<Vec<Subnet>> {
-        let networks = self
-            .api()
-            .await?
-            .list_networks(None::<ListNetworksOptions>)
-            .await
-            .map_err(|e| Error::docker("listing networks", e))?;
+        let networks = list_networks(&self.api().await?, None).await?;
         let mut used: Vec<Subnet> = networks
             .iter()
             .flat_map(|n| n.ipam.iter().flat_map(|i| i.config.iter().flatten()))
@@ -100,12 +119,7 @@ impl Docker {
         // (`CheckDuplicate` is off, and bollard no longer sends it), and then
         // every request by that name is ambiguous: refuse one in use first.
         let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
-        let same_name = self
-            .api()
-            .await?
-            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
-            .await
-            .map_err(|e| Error::docker("listing networks", e))?;
+        let same_name = list_networks(&self.api().await?, Some(ListNetworksOptions { filters: Some(filters) })).await?;
         if same_name.iter().any(|n| n.name.as_deref() == Some(spec.name.as_str())) {
             return Err(taken(&spec.name));
         }
@@ -122,12 +136,7 @@ impl Docker {
     /// Names of the networks with all of `labels` (`key=value`).
     pub(crate) async fn docker_networks(&self, labels: &[String]) -> Result<Vec<(String, HashMap<String, String>)>> {
         let filters = HashMap::from([("label".to_owned(), labels.to_vec())]);
-        let networks = self
-            .api()
-            .await?
-            .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
-            .await
-            .map_err(|e| Error::docker("listing networks", e))?;
+        let networks = list_networks(&self.api().await?, Some(ListNetworksOptions { filters: Some(filters) })).await?;
         Ok(networks.into_iter().filter_map(|n| Some((n.name?, n.labels.unwrap_or_default()))).collect())
     }
 
@@ -330,6 +339,18 @@ pub fn unsupported() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_podmans_container_not_known_while_listing_is_asked_again() {
+        let e = |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: message.into(),
+        };
+        let podman = "getting container from store \"0f5b8ad6\": container not known";
+        assert!(is_podmans_container_not_known(&e(500, podman)));
+        assert!(!is_podmans_container_not_known(&e(404, podman)));
+        assert!(!is_podmans_container_not_known(&e(500, "network inspection mismatch")));
+    }
 
     #[test]
     fn podmans_localhost_name_is_the_same_image() {
