@@ -10,7 +10,7 @@ use bollard::models::{
     NetworkCreateRequest, NetworkDisconnectRequest, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
-    InspectContainerOptions, InspectNetworkOptions, ListNetworksOptions, RemoveContainerOptions,
+    InspectContainerOptions, InspectNetworkOptions, ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
 };
 
 use super::docker::Docker;
@@ -52,38 +52,84 @@ pub enum ProxyState {
     Made,
 }
 
-/// Lists networks. Podman 4.3 answers 500 "getting container from store …:
-/// container not known" while a container on a listed network is being
-/// removed; for the moment that lasts (at most five seconds), ask again.
-async fn list_networks(
-    api: &bollard::Docker,
-    options: Option<ListNetworksOptions>,
-) -> Result<Vec<bollard::models::Network>> {
-    let mut tries = 0;
-    loop {
-        match api.list_networks(options.clone()).await {
-            Err(e) if tries < 50 && is_podmans_container_not_known(&e) => {
-                tries += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            other => return other.map_err(|e| Error::docker("listing networks", e)),
-        }
-    }
+/// A network as forage reads it, from either engine.
+struct NetworkSummary {
+    name: String,
+    labels: HashMap<String, String>,
+    subnets: Vec<Subnet>,
 }
 
-fn is_podmans_container_not_known(e: &bollard::errors::Error) -> bool {
-    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
-        if message.contains("getting container from store") && message.contains("container not known"))
+impl Docker {
+    /// The networks matching `filters` (`name`, `label`). Podman's are read
+    /// through its libpod API: its compat listing fails while any container
+    /// on the engine is half removed (see `super::libpod`).
+    async fn network_list(&self, filters: HashMap<String, Vec<String>>) -> Result<Vec<NetworkSummary>> {
+        let info = self.info().await?;
+        let subnets = |s: Vec<String>| s.iter().filter_map(|s| Subnet::parse(s)).collect();
+        if info.podman {
+            let networks = super::libpod::networks(&info.host, &filters).await?;
+            return Ok(networks
+                .into_iter()
+                .map(|n| NetworkSummary {
+                    name: n.name,
+                    labels: n.labels.unwrap_or_default(),
+                    subnets: subnets(n.subnets.into_iter().flatten().map(|s| s.subnet).collect()),
+                })
+                .collect());
+        }
+        let options = ListNetworksOptions { filters: Some(filters) };
+        let networks =
+            self.api().await?.list_networks(Some(options)).await.map_err(|e| Error::docker("listing networks", e))?;
+        Ok(networks
+            .into_iter()
+            .filter_map(|n| {
+                let configs = n.ipam.and_then(|i| i.config).unwrap_or_default();
+                Some(NetworkSummary {
+                    name: n.name?,
+                    labels: n.labels.unwrap_or_default(),
+                    subnets: subnets(configs.into_iter().filter_map(|c| c.subnet).collect()),
+                })
+            })
+            .collect())
+    }
+
+    /// Whether a network of that name exists.
+    async fn network_exists(&self, name: &str) -> Result<bool> {
+        let info = self.info().await?;
+        if info.podman {
+            return super::libpod::network_exists(&info.host, name).await;
+        }
+        match self.api().await?.inspect_network(name, None::<InspectNetworkOptions>).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_docker_not_found(&e) => Ok(false),
+            Err(e) => Err(Error::docker(format!("inspecting network {name}"), e)),
+        }
+    }
+
+    /// The containers on `network`, stopped ones too: (id, name).
+    async fn containers_on_network(&self, network: &str) -> Result<Vec<(String, String)>> {
+        let filters = HashMap::from([("network".to_owned(), vec![network.to_owned()])]);
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let list = self
+            .api()
+            .await?
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| Error::docker(format!("listing the containers on network {network}"), e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names.into_iter().flatten().next().unwrap_or_default();
+                Some((c.id?, name.trim_start_matches('/').to_owned()))
+            })
+            .collect())
+    }
 }
 
 impl Docker {
     pub(crate) async fn docker_used_subnets(&self) -> Result<Vec<Subnet>> {
-        let networks = list_networks(&self.api().await?, None).await?;
-        let mut used: Vec<Subnet> = networks
-            .iter()
-            .flat_map(|n| n.ipam.iter().flat_map(|i| i.config.iter().flatten()))
-            .filter_map(|c| c.subnet.as_deref().and_then(Subnet::parse))
-            .collect();
+        let networks = self.network_list(HashMap::new()).await?;
+        let mut used: Vec<Subnet> = networks.into_iter().flat_map(|n| n.subnets).collect();
         // Podman also refuses a subnet the host routes to (another engine's
         // bridge, a VPN): those are skipped too. (Docker does not check, and a
         // host route over all of forage's range must not stop it there.)
@@ -119,8 +165,8 @@ impl Docker {
         // (`CheckDuplicate` is off, and bollard no longer sends it), and then
         // every request by that name is ambiguous: refuse one in use first.
         let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
-        let same_name = list_networks(&self.api().await?, Some(ListNetworksOptions { filters: Some(filters) })).await?;
-        if same_name.iter().any(|n| n.name.as_deref() == Some(spec.name.as_str())) {
+        let same_name = self.network_list(filters).await?;
+        if same_name.iter().any(|n| n.name == spec.name) {
             return Err(taken(&spec.name));
         }
         match self.api().await?.create_network(request).await {
@@ -136,20 +182,18 @@ impl Docker {
     /// Names of the networks with all of `labels` (`key=value`).
     pub(crate) async fn docker_networks(&self, labels: &[String]) -> Result<Vec<(String, HashMap<String, String>)>> {
         let filters = HashMap::from([("label".to_owned(), labels.to_vec())]);
-        let networks = list_networks(&self.api().await?, Some(ListNetworksOptions { filters: Some(filters) })).await?;
-        Ok(networks.into_iter().filter_map(|n| Some((n.name?, n.labels.unwrap_or_default()))).collect())
+        let networks = self.network_list(filters).await?;
+        Ok(networks.into_iter().map(|n| (n.name, n.labels)).collect())
     }
 
     /// Removes the network, first disconnecting whatever is still on it;
     /// succeeds if it is already gone.
     pub(crate) async fn docker_remove_network(&self, name: &str) -> Result<()> {
+        if !self.network_exists(name).await? {
+            return Ok(());
+        }
         let api = self.api().await?;
-        let network = match api.inspect_network(name, None::<InspectNetworkOptions>).await {
-            Ok(n) => n,
-            Err(e) if is_docker_not_found(&e) => return Ok(()),
-            Err(e) => return Err(Error::docker(format!("inspecting network {name}"), e)),
-        };
-        for id in network.containers.unwrap_or_default().keys() {
+        for (id, _) in self.containers_on_network(name).await? {
             let request = NetworkDisconnectRequest { container: id.clone(), force: Some(true) };
             match api.disconnect_network(name, request).await {
                 Ok(()) => {}
@@ -167,11 +211,7 @@ impl Docker {
     /// Joins `container` to `network` at `address`, unless it is on it already.
     pub(crate) async fn docker_connect(&self, network: &str, container: &str, address: Ipv4Addr) -> Result<()> {
         let api = self.api().await?;
-        let inspected = api
-            .inspect_network(network, None::<InspectNetworkOptions>)
-            .await
-            .map_err(|e| Error::docker(format!("inspecting network {network}"), e))?;
-        if inspected.containers.unwrap_or_default().values().any(|c| c.name.as_deref() == Some(container)) {
+        if self.containers_on_network(network).await?.iter().any(|(_, name)| name == container) {
             return Ok(());
         }
         let request = NetworkConnectRequest {
@@ -193,10 +233,8 @@ impl Docker {
     }
 
     async fn ensure_outside(&self, spec: &ProxySpec) -> Result<()> {
-        match self.api().await?.inspect_network(&spec.outside, None::<InspectNetworkOptions>).await {
-            Ok(_) => return Ok(()),
-            Err(e) if is_docker_not_found(&e) => {}
-            Err(e) => return Err(Error::docker(format!("inspecting network {}", spec.outside), e)),
+        if self.network_exists(&spec.outside).await? {
+            return Ok(());
         }
         use crate::egress::policy::OUTSIDE_RANGE;
         // A subnet the engine refused is skipped from then on: one another
@@ -339,18 +377,6 @@ pub fn unsupported() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_podmans_container_not_known_while_listing_is_asked_again() {
-        let e = |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
-            status_code,
-            message: message.into(),
-        };
-        let podman = "getting container from store \"0f5b8ad6\": container not known";
-        assert!(is_podmans_container_not_known(&e(500, podman)));
-        assert!(!is_podmans_container_not_known(&e(404, podman)));
-        assert!(!is_podmans_container_not_known(&e(500, "network inspection mismatch")));
-    }
 
     #[test]
     fn podmans_localhost_name_is_the_same_image() {

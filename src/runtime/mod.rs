@@ -10,6 +10,7 @@ pub mod engine_choice;
 pub mod forwarder;
 pub mod image;
 mod image_archive;
+pub mod libpod;
 pub mod seccomp;
 pub mod session;
 pub mod unreachable;

@@ -12,9 +12,7 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use bollard::models::{
     ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkDisconnectRequest,
 };
-use bollard::query_parameters::{
-    CreateContainerOptions, ListContainersOptions, ListNetworksOptions, LogsOptions, RemoveContainerOptions,
-};
+use bollard::query_parameters::{CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions};
 use futures_util::StreamExt;
 
 use crate::real_agent::fixture;
@@ -112,9 +110,7 @@ impl World {
         let mut names = Vec::new();
         let home = self.home_label();
         for label in [format!("forage.home={home}"), format!("forage.egress.home={home}"), self.ports_label()] {
-            let filters = HashMap::from([("label".to_owned(), vec![label])]);
-            let found = block_on(docker().list_networks(Some(ListNetworksOptions { filters: Some(filters) }))).unwrap();
-            names.extend(found.into_iter().filter_map(|n| n.name));
+            names.extend(networks_labelled(&label));
         }
         names.sort();
         names
@@ -149,9 +145,12 @@ impl Drop for World {
         for c in containers {
             let _ = block_on(api.remove_container(&c, Some(remove.clone())));
         }
-        for network in self.networks() {
-            let joined = block_on(api.inspect_network(&network, None)).ok().and_then(|n| n.containers);
-            for container in joined.unwrap_or_default().into_keys() {
+        // Cleaning up must not panic: a panic while a failed test unwinds
+        // aborts the whole test binary.
+        let networks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.networks())).unwrap_or_default();
+        for network in networks {
+            let joined = std::panic::catch_unwind(|| containers_on_network(&network)).unwrap_or_default();
+            for container in joined {
                 let request = NetworkDisconnectRequest { container, force: Some(true) };
                 let _ = block_on(api.disconnect_network(&network, request));
             }
@@ -167,7 +166,7 @@ pub(crate) fn logs(container: &str) -> String {
 }
 
 fn network_exists(name: &str) -> bool {
-    block_on(docker().inspect_network(name, None)).is_ok()
+    engine_network_exists(name)
 }
 
 pub(crate) fn str_of(v: &serde_json::Value) -> String {

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions, RemoveContainerOptions};
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 
 use crate::support::*;
 
@@ -60,8 +60,7 @@ impl World {
             let options = ListContainersOptions { all: true, filters: Some(filters.clone()), ..Default::default() };
             let found = block_on(docker().list_containers(Some(options))).unwrap();
             containers.extend(found.into_iter().flat_map(|c| c.names.unwrap_or_default()));
-            let found = block_on(docker().list_networks(Some(ListNetworksOptions { filters: Some(filters) }))).unwrap();
-            networks.extend(found.into_iter().filter_map(|n| n.name));
+            networks.extend(engine_networks(filters));
         }
         (containers, networks)
     }
@@ -220,10 +219,7 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
     assert!(env.run(&["status", &c]).status.code() == Some(3), "a failed up left its sandbox");
     let rolled_back = format!("forage-{c}-Ports");
     assert!(inspect(&rolled_back).is_none(), "a failed up left its forwarder");
-    assert!(
-        block_on(docker().inspect_network(&rolled_back, None)).is_err(),
-        "a failed up left its forwarder's network"
-    );
+    assert!(!engine_network_exists(&rolled_back), "a failed up left its forwarder's network");
     drop(taken);
 
     // network: none has nothing to publish on.
@@ -373,7 +369,7 @@ fn a_killed_restricted_up_with_ports_leaves_nothing_gc_force_cannot_clean() {
         env.ok(&["gc", "--force"]);
         assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "{step}: gc left a forwarder, the proxy or a network");
         let network = format!("forage-{name}-net");
-        assert!(block_on(docker().inspect_network(&network, None)).is_err(), "{step}: gc left {network}");
+        assert!(!engine_network_exists(&network), "{step}: gc left {network}");
         env.assert_nothing_left();
         assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "{step}");
     }

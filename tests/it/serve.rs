@@ -404,15 +404,11 @@ fn exec_and_wait_stream_as_server_sent_events() {
 /// test's home, by name (through its API: the docker CLI would ask Docker
 /// whatever the engine under test is).
 fn labelled(env: &Env) -> (Vec<String>, Vec<String>) {
-    use bollard::query_parameters::{ListNetworksOptions, ListVolumesOptions};
-    let filters = || Some(HashMap::from([("label".to_owned(), vec![format!("forage.home={}", env.home.display())])]));
-    let api = env.docker();
-    let volumes = block_on(api.list_volumes(Some(ListVolumesOptions { filters: filters() }))).unwrap();
-    let networks = block_on(api.list_networks(Some(ListNetworksOptions { filters: filters() }))).unwrap();
-    (
-        volumes.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect(),
-        networks.into_iter().filter_map(|n| n.name).collect(),
-    )
+    use bollard::query_parameters::ListVolumesOptions;
+    let label = format!("forage.home={}", env.home.display());
+    let filters = Some(HashMap::from([("label".to_owned(), vec![label.clone()])]));
+    let volumes = block_on(env.docker().list_volumes(Some(ListVolumesOptions { filters }))).unwrap();
+    (volumes.volumes.unwrap_or_default().into_iter().map(|v| v.name).collect(), networks_labelled(&label))
 }
 
 #[test]

@@ -115,6 +115,49 @@ pub fn connect(host: Option<&str>) -> Result<bollard::Docker, bollard::errors::E
     })
 }
 
+/// Names of the engine's networks matching `filters` (Docker's keys:
+/// `label`, `name`). Podman's are read through its libpod API, as forage
+/// reads them (src/runtime/libpod.rs): its compat listing fails while any
+/// container on the engine is half removed.
+pub fn engine_networks(filters: HashMap<String, Vec<String>>) -> Vec<String> {
+    match test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
+        Some(host) => {
+            let found = block_on(forage::runtime::libpod::networks(&host, &filters)).unwrap();
+            found.into_iter().map(|n| n.name).collect()
+        }
+        None => {
+            let options = bollard::query_parameters::ListNetworksOptions { filters: Some(filters) };
+            let found = block_on(docker().list_networks(Some(options))).unwrap();
+            found.into_iter().filter_map(|n| n.name).collect()
+        }
+    }
+}
+
+/// Names of the engine's networks labelled `label`.
+pub fn networks_labelled(label: &str) -> Vec<String> {
+    engine_networks(HashMap::from([("label".to_owned(), vec![label.to_owned()])]))
+}
+
+/// Whether the engine has a network of that name (as `engine_networks` reads it).
+pub fn engine_network_exists(name: &str) -> bool {
+    match test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
+        Some(host) => block_on(forage::runtime::libpod::network_exists(&host, name)).unwrap(),
+        None => match block_on(docker().inspect_network(name, None)) {
+            Ok(_) => true,
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => false,
+            Err(e) => panic!("inspecting network {name}: {e}"),
+        },
+    }
+}
+
+/// The ids of the containers on network `name`, stopped ones too.
+pub fn containers_on_network(name: &str) -> Vec<String> {
+    let filters = HashMap::from([("network".to_owned(), vec![name.to_owned()])]);
+    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let list = block_on(docker().list_containers(Some(options))).unwrap();
+    list.into_iter().filter_map(|c| c.id).collect()
+}
+
 /// One test's world: its own FORAGE_HOME and config dirs, a scratch dir, and a
 /// guard that removes whatever containers it left, even when the test fails.
 ///
