@@ -440,6 +440,41 @@ let
       optional (!(elem e.group groups))
         "${at}: user \"${user}\" may not use ${e.name} (engine = \"${engine}\"): add \"${e.group}\" to users.users.${user}.extraGroups (its members can use the engine's socket, which is as good as root on this host), or run the sandbox as root";
 
+  # Rootful Podman (the module's `engine = "podman"`) cannot keep a restricted
+  # sandbox from the host: it puts an address of the host's on the sandbox's
+  # internal network (forage-ctl refuses such an `up`, exit 4). Refused at
+  # evaluation instead, whether the network comes from the sandbox's declared
+  # template or from its extraArgs. `templateNetworks`: declared template name
+  # to its `network`.
+  networkErrors =
+    {
+      templateNetworks,
+      engine ? defaults.engine,
+    }:
+    name: s:
+    let
+      at = "services.forage.sandboxes.${name}";
+      args = s.extraArgs or [ ];
+      # The value of each `--network X` / `--network=X` in extraArgs; the
+      # last one is what `up` takes, over the template's.
+      argAt =
+        i:
+        let
+          arg = elemAt args i;
+        in
+        if arg == "--network" && i + 1 < length args then
+          [ (elemAt args (i + 1)) ]
+        else if hasPrefix "--network=" arg then
+          [ (substring 10 (builtins.stringLength arg) arg) ]
+        else
+          [ ];
+      asked = concatMap argAt (genList (i: i) (length args));
+      network =
+        if asked != [ ] then elemAt asked (length asked - 1) else templateNetworks.${s.template or ""} or null;
+    in
+    optional (engine == "podman" && network == "restricted")
+      "${at}: network \"restricted\" cannot be kept from the host on rootful Podman (engine = \"podman\"): it puts an address of the host's on the sandbox's network, through which the agent would reach every service on the host; use engine = \"docker\" for restricted sandboxes, or network \"full\" or \"none\"";
+
   # The argv of `forage-ctl up` for sandbox `name` (without the program itself).
   upArgs =
     name: s:
@@ -562,6 +597,7 @@ in
     templateText
     upArgs
     userErrors
+    networkErrors
     workspaceKinds
     ;
 }

@@ -724,6 +724,10 @@ in
               inherit (cfg) engine;
               inherit (config.users) users;
             } name s
+            ++ forage.networkErrors {
+              inherit (cfg) engine;
+              templateNetworks = lib.mapAttrs (_: t: t.network) cfg.templates;
+            } name s
           )
         ) cfg.sandboxes
       );

@@ -401,6 +401,40 @@ in
       docker = each "docker";
       podman = each "podman";
     };
+  # Restricted sandboxes on rootful Podman: from the template or extraArgs.
+  networkErrors =
+    let
+      templateNetworks = {
+        open = "full";
+        tight = "restricted";
+      };
+      check =
+        engine: template: extraArgs:
+        forage.networkErrors { inherit templateNetworks engine; } "s" {
+          inherit template extraArgs;
+          workspace = "/srv/a";
+        };
+      each = engine: {
+        fullTemplate = check engine "open" [ ];
+        restrictedTemplate = check engine "tight" [ ];
+        restrictedArg = check engine "open" [
+          "--memory"
+          "8g"
+          "--network"
+          "restricted"
+        ];
+        restrictedArgEquals = check engine "shell" [ "--network=restricted" ];
+        noneArg = check engine "tight" [
+          "--network"
+          "none"
+        ];
+        lastArgIsNetwork = check engine "open" [ "--network" ];
+      };
+    in
+    {
+      docker = each "docker";
+      podman = each "podman";
+    };
   nixImageNames = map forage.nixImageName [
     "aider-nix"
     "Py_Tools.2"

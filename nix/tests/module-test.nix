@@ -365,6 +365,34 @@ in
         engine = "podman";
         users.alice.extraGroups = [ "podman" ];
       };
+      # A restricted sandbox on rootful Podman: from its template, from its
+      # extraArgs; the same template on Docker is valid.
+      restrictedTemplateOnPodman = only {
+        engine = "podman";
+        users.alice.extraGroups = [ "podman" ];
+        sandbox.template = "t";
+        template = {
+          image = "debian:12";
+          agent.command = [ "sh" ];
+          network = "restricted";
+        };
+      };
+      restrictedArgsOnPodman = only {
+        engine = "podman";
+        users.alice.extraGroups = [ "podman" ];
+        sandbox.extraArgs = [
+          "--network"
+          "restricted"
+        ];
+      };
+      restrictedTemplateOnDocker = only {
+        sandbox.template = "t";
+        template = {
+          image = "debian:12";
+          agent.command = [ "sh" ];
+          network = "restricted";
+        };
+      };
       primaryGroup = only { users.alice.group = "docker"; };
       root = only {
         users = { };

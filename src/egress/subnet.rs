@@ -63,11 +63,14 @@ pub fn host_routes(proc_net_route: &str) -> Vec<Subnet> {
         .collect()
 }
 
-/// The default route's gateway in `/proc/net/route`'s text, if there is one.
-pub fn default_gateway(proc_net_route: &str) -> Option<Ipv4Addr> {
+/// The gateways of the default routes in `/proc/net/route`'s text: one on
+/// Docker, one per network with a gateway on Podman (which gives each of a
+/// container's networks a default route).
+pub fn default_gateways(proc_net_route: &str) -> Vec<Ipv4Addr> {
     routes(proc_net_route)
-        .find(|(base, gateway, mask)| base.is_unspecified() && mask.is_unspecified() && !gateway.is_unspecified())
+        .filter(|(base, gateway, mask)| base.is_unspecified() && mask.is_unspecified() && !gateway.is_unspecified())
         .map(|(_, gateway, _)| gateway)
+        .collect()
 }
 
 /// Each route of `/proc/net/route`'s text: destination, gateway and mask. A
@@ -96,10 +99,13 @@ mod tests {
         let routes: Vec<String> = host_routes(table).iter().map(|s| s.to_string()).collect();
         if cfg!(target_endian = "little") {
             assert_eq!(routes, ["192.168.1.0/24", "10.213.0.16/28"]);
-            assert_eq!(default_gateway(table), Some(Ipv4Addr::new(192, 168, 1, 1)));
+            assert_eq!(default_gateways(table), [Ipv4Addr::new(192, 168, 1, 1)]);
         }
         assert_eq!(routes.len(), 2);
-        assert_eq!(default_gateway(&table.replace("eth0\t00000000\t0101A8C0", "eth0\t00000000\t00000000")), None);
+        assert_eq!(
+            default_gateways(&table.replace("eth0\t00000000\t0101A8C0", "eth0\t00000000\t00000000")),
+            Vec::<Ipv4Addr>::new()
+        );
     }
 
     #[test]

@@ -6,9 +6,13 @@
 //! nothing of what it copies.
 //!
 //! Only the host is served. Docker's (and rootful Podman's) published port
-//! reaches the forwarder from the host's address on the network that carries
-//! the forwarder's default route: that route's gateway (the forwarder's own
-//! network for a restricted sandbox, the default bridge for a `full` one).
+//! reaches the forwarder from the host's address on one of its networks: the
+//! gateway of a default route (Docker gives the forwarder one, through its
+//! own network; rootful Podman one per network with a gateway, in an order
+//! of its own, and its published port comes through the forwarder's own
+//! network while the first default route may be the default bridge's). A
+//! gateway is always an address of the host's; an internal network (a
+//! restricted sandbox's) has no default route.
 //! Rootless Podman's (`rootlessport`) connects from inside the forwarder's
 //! own network namespace, so from one of the forwarder's own addresses (any
 //! of its networks'): that is the host's too. No other container can send
@@ -85,12 +89,13 @@ async fn accept(listener: TcpListener, to: SocketAddr, admit: Admit) -> std::io:
 }
 
 /// Whether a connection from `peer` is the host's: `peer` is the gateway
-/// of the forwarder's default route, read now (a network joined or left
-/// since the start changes it; no default route, nobody is), or one of the
-/// forwarder's own addresses but loopback (rootless Podman's published port).
+/// of one of the forwarder's default routes, read now (a network joined or
+/// left since the start changes them; no default route, nobody is), or one
+/// of the forwarder's own addresses but loopback (rootless Podman's
+/// published port).
 fn from_the_host(peer: IpAddr) -> bool {
     let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
-    is_gateway(peer, crate::egress::subnet::default_gateway(&routes)) || is_own_address(peer)
+    is_gateway(peer, &crate::egress::subnet::default_gateways(&routes)) || is_own_address(peer)
 }
 
 /// Whether `peer` is an address of this network namespace (one a socket can
@@ -100,8 +105,8 @@ fn is_own_address(peer: IpAddr) -> bool {
     !peer.is_loopback() && !peer.is_unspecified() && std::net::UdpSocket::bind((peer, 0)).is_ok()
 }
 
-fn is_gateway(peer: IpAddr, gateway: Option<Ipv4Addr>) -> bool {
-    matches!((peer.to_canonical(), gateway), (IpAddr::V4(peer), Some(gateway)) if peer == gateway)
+fn is_gateway(peer: IpAddr, gateways: &[Ipv4Addr]) -> bool {
+    matches!(peer.to_canonical(), IpAddr::V4(peer) if gateways.contains(&peer))
 }
 
 #[cfg(test)]
@@ -117,16 +122,19 @@ mod tests {
     }
 
     #[test]
-    fn only_the_gateway_of_the_default_route_is_served() {
+    fn only_the_gateways_of_default_routes_are_served() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let gateway = Some(Ipv4Addr::new(10, 215, 0, 9));
-        assert!(is_gateway(ip("10.215.0.9"), gateway));
-        assert!(is_gateway(ip("::ffff:10.215.0.9"), gateway));
-        assert!(!is_gateway(ip("10.215.0.9"), None));
-        // Another container on the forwarder's network, another network's
-        // gateway, a sandbox on the default bridge, a restricted sandbox.
-        for peer in ["10.215.0.11", "10.215.0.1", "172.17.0.5", "10.213.0.19", "127.0.0.1", "::1"] {
-            assert!(!is_gateway(ip(peer), gateway), "{peer}");
+        // Rootful Podman: the default bridge's route, then the forwarder's own.
+        let gateways = [Ipv4Addr::new(10, 88, 0, 1), Ipv4Addr::new(10, 215, 0, 9)];
+        assert!(is_gateway(ip("10.215.0.9"), &gateways));
+        assert!(is_gateway(ip("::ffff:10.215.0.9"), &gateways));
+        assert!(is_gateway(ip("10.88.0.1"), &gateways));
+        assert!(!is_gateway(ip("10.215.0.9"), &[]));
+        // Another container on the forwarder's network, a network's address
+        // that is no route's gateway, a sandbox on the default bridge, a
+        // restricted sandbox.
+        for peer in ["10.215.0.11", "10.215.0.1", "172.17.0.5", "10.88.0.60", "10.213.0.19", "127.0.0.1", "::1"] {
+            assert!(!is_gateway(ip(peer), &gateways), "{peer}");
         }
     }
 

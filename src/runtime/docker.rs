@@ -767,6 +767,10 @@ impl Runtime for Docker {
         self.docker_used_subnets().await
     }
 
+    async fn check_restricted(&self) -> Result<()> {
+        self.info().await?.check_restricted()
+    }
+
     async fn create_network(&self, spec: &super::egress::NetworkSpec) -> Result<bool> {
         self.docker_create_network(spec).await
     }

@@ -141,6 +141,11 @@ impl Docker {
     }
 
     pub(crate) async fn docker_create_network(&self, spec: &NetworkSpec) -> Result<bool> {
+        // The last guard: no way of making a sandbox's network leaves it on
+        // the host's reach (`up` refuses before it makes anything).
+        if spec.internal {
+            self.info().await?.check_restricted()?;
+        }
         let mut options = HashMap::new();
         if spec.internal {
             options.insert("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned());

@@ -113,6 +113,25 @@ impl EngineInfo {
         }
     }
 
+    /// Refuses `network: restricted` on rootful Podman. A restricted sandbox
+    /// must reach nothing but the egress proxy; Docker gives its internal
+    /// network no address of the host's (`inhibit_ipv4`), but rootful Podman
+    /// (4.3, netavark) has no such option and puts the gateway address on the
+    /// host's bridge, where the agent reaches every service listening on the
+    /// host. (Rootless Podman's bridge is in a network namespace of its own,
+    /// not the host's.)
+    pub fn check_restricted(&self) -> Result<()> {
+        if self.podman && !self.rootless {
+            return Err(Error::conflict(format!(
+                "`network: restricted` cannot be kept from the host on rootful Podman ({}): it puts an address of \
+                 the host's on the sandbox's network, through which the agent would reach every service on the host",
+                self.host
+            ))
+            .hint("use rootless Podman or Docker for restricted sandboxes, or `--network full` or `none` here"));
+        }
+        Ok(())
+    }
+
     /// Refuses the copy-on-write overlay on Podman: Podman (4.3) makes a
     /// mount's anonymous volume of the `local` driver but ignores its driver
     /// options, so /workspace would be empty. `up` never gets here (it makes a
@@ -214,6 +233,22 @@ mod tests {
         );
         assert_eq!(candidates(&s, None), [DEFAULT_HOST, "unix:///run/user/7/podman/podman.sock", PODMAN_ROOTFUL]);
         assert_eq!(candidates(&settings(None, None), None), [DEFAULT_HOST, PODMAN_ROOTFUL]);
+    }
+
+    #[test]
+    fn restricted_networks_are_refused_on_rootful_podman_only() {
+        let info = |podman, rootless| EngineInfo {
+            host: PODMAN_ROOTFUL.into(),
+            podman,
+            rootless,
+            version: "4.3.1".into(),
+            socket_owner: Some(0),
+        };
+        let e = info(true, false).check_restricted().unwrap_err();
+        assert!(e.to_string().contains("cannot be kept from the host on rootful Podman"), "{e}");
+        assert_eq!(e.exit_code(), 4);
+        assert!(info(true, true).check_restricted().is_ok(), "rootless Podman's bridge is in its own namespace");
+        assert!(info(false, false).check_restricted().is_ok(), "Docker's internal network has no host address");
     }
 
     #[test]

@@ -48,8 +48,8 @@ impl Docker {
         progress: &dyn Progress,
     ) -> Result<Vec<Published>> {
         let info = self.info().await?;
-        let target = match spec.target {
-            Some(t) => t,
+        let (sandbox_network, target) = match spec.target {
+            Some(t) => (spec.sandbox_network.clone(), t),
             // Rootless Podman runs a `full` sandbox on slirp4netns (see
             // `create`), a network of its container alone.
             None if info.rootless => return Err(full_on_rootless_podman()),
@@ -75,7 +75,7 @@ impl Docker {
             config.networking_config = Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([
                     (spec.network.clone(), EndpointSettings::default()),
-                    (spec.sandbox_network.clone(), on_sandbox_network.clone()),
+                    (sandbox_network.clone(), on_sandbox_network.clone()),
                 ])),
             });
         }
@@ -86,11 +86,8 @@ impl Docker {
         if !podman {
             let request =
                 NetworkConnectRequest { container: spec.container.clone(), endpoint_config: Some(on_sandbox_network) };
-            api.connect_network(&spec.sandbox_network, request).await.map_err(|e| {
-                Error::docker(
-                    format!("joining the port forwarder {} to network {}", spec.container, spec.sandbox_network),
-                    e,
-                )
+            api.connect_network(&sandbox_network, request).await.map_err(|e| {
+                Error::docker(format!("joining the port forwarder {} to network {sandbox_network}", spec.container), e)
             })?;
         }
         if let Err(e) = api.start_container(&spec.container, None).await {
@@ -126,24 +123,29 @@ impl Docker {
             .collect()
     }
 
-    /// The container's address on the network, as the engine reports it.
-    async fn address_on(&self, container: &str, network: &str) -> Result<Ipv4Addr> {
+    /// The container's address on the network, as the engine reports it, and
+    /// the network's name there. Docker's default network is `bridge`;
+    /// Podman's (`podman` unless configured otherwise) is named as itself, so
+    /// a container Podman put on "bridge" is on the one network it has.
+    async fn address_on(&self, container: &str, network: &str) -> Result<(String, Ipv4Addr)> {
         let inspected = self
             .api()
             .await?
             .inspect_container(container, None::<InspectContainerOptions>)
             .await
             .map_err(|e| Error::docker(format!("inspecting container {container}"), e))?;
-        inspected
-            .network_settings
-            .and_then(|n| n.networks)
-            .and_then(|mut n| n.remove(network))
-            .and_then(|e| e.ip_address)
-            .and_then(|ip| ip.parse().ok())
-            .ok_or_else(|| {
-                Error::conflict(format!("container {container} has no address on network {network}: it is not running"))
-                    .hint("start the sandbox first (`forage-ctl start NAME`)")
-            })
+        let mut networks = inspected.network_settings.and_then(|n| n.networks).unwrap_or_default();
+        let on = match networks.remove_entry(network) {
+            Some(found) => Some(found),
+            None if network == "bridge" && networks.len() == 1 && self.info().await?.podman => {
+                networks.into_iter().next()
+            }
+            None => None,
+        };
+        on.and_then(|(name, e)| Some((name, e.ip_address?.parse().ok()?))).ok_or_else(|| {
+            Error::conflict(format!("container {container} has no address on network {network}: it is not running"))
+                .hint("start the sandbox first (`forage-ctl start NAME`)")
+        })
     }
 
     async fn docker_remove_forwarder_container(&self, name: &str) -> Result<()> {

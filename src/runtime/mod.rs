@@ -438,13 +438,18 @@ pub trait Runtime: Send + Sync + 'static {
     // Networks, for `network: restricted` (`crate::egress`). The defaults are
     // a runtime without them: it refuses to make one and has none to remove.
 
-    /// The subnets of every network the engine has.
     /// Whether the engine mounts a volume of the `local` driver with the
     /// `type=overlay` options forage asks for (copy-on-write workspaces).
     /// Docker does; Podman's Engine API makes the volume without them.
     fn mounts_overlay_volumes(&self) -> impl Future<Output = Result<bool>> + Send {
         async { Ok(true) }
     }
+    /// Refuses `network: restricted` where the engine cannot keep such a
+    /// sandbox from the host (checked before `up` makes anything).
+    fn check_restricted(&self) -> impl Future<Output = Result<()>> + Send {
+        async { Ok(()) }
+    }
+    /// The subnets of every network the engine has.
     fn used_subnets(&self) -> impl Future<Output = Result<Vec<crate::egress::subnet::Subnet>>> + Send {
         async { Ok(Vec::new()) }
     }

@@ -23,6 +23,9 @@ impl<R: Runtime> Engine<R> {
     /// it runs, all undone in reverse if one fails or the user interrupts.
     pub async fn up(&self, req: UpRequest) -> Result<Record> {
         self.refuse_copy_from_agents_reach(&req).await?;
+        if req.plan.network == crate::runtime::Network::Restricted {
+            self.runtime.check_restricted().await?;
+        }
         let lock = self.lock_sandbox(&req.name).await?;
         let image = self.runtime.ensure_image(&req.plan.image, self.progress.as_ref()).await?;
         self.cancel.check()?;

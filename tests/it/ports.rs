@@ -375,23 +375,47 @@ fn a_killed_restricted_up_with_ports_leaves_nothing_gc_force_cannot_clean() {
     }
 }
 
-/// A restricted sandbox's ports answer the host on every engine; a full
-/// sandbox's wherever the engine can reach it, and on rootless Podman (whose
-/// full sandboxes are on slirp4netns, a network of their container alone)
-/// `up` refuses them, saying why, and leaves nothing behind.
+/// A restricted sandbox's ports answer the host on every engine that can
+/// keep it from the host; on rootful Podman, which cannot (its internal
+/// network has an address of the host's: the probe proves it), `up
+/// --network restricted` is refused before it makes anything. A full
+/// sandbox's ports answer wherever the engine can reach it, and on rootless
+/// Podman (whose full sandboxes are on slirp4netns, a network of their
+/// container alone) `up` refuses them, saying why, and leaves nothing behind.
 #[test]
-fn a_restricted_sandboxs_port_answers_the_host_on_every_engine() {
+fn published_ports_answer_the_host_on_every_engine_and_restricted_is_refused_where_it_leaks() {
     let w = World::new();
     let env = &w.env;
     let (r, f) = (env.unique("pr"), env.unique("pf"));
     let (ws_r, ws_f) = (w.workspace("r"), w.workspace("f"));
-    env.ok(&["up", &r, "--workspace", &ws_r, "-t", "serve", "--network", "restricted", "--publish", "3000"]);
-    assert!(answers(w.ports(&r)[&3000], "r"));
-    env.ok(&["port", &r, "add", "4000"]);
-    let ports = w.ports(&r);
-    assert!(answers(ports[&4000], "r") && answers(ports[&3000], "r"));
+    let restricted = ["up", &r, "--workspace", &ws_r, "-t", "serve", "--network", "restricted", "--publish", "3000"];
+    let mut names = Vec::new();
+    // The attack a restricted sandbox on rootful Podman would be open to:
+    // its internal network, made as forage makes it, has an address on the
+    // host, where the agent reaches the host's services.
+    let image = {
+        let probe = env.unique("img");
+        env.ok(&["up", &probe, "--workspace", &w.workspace("img"), "-t", "serve", "--network", "none", "--no-start"]);
+        let image = inspect(&format!("forage-{probe}")).and_then(|c| c.config?.image).unwrap();
+        env.ok(&["down", &probe]);
+        image
+    };
+    let host_on_internal_network = host_has_address_on_an_internal_network(&env.unique("probe"), &image);
+    assert_eq!(host_on_internal_network, test_engine() == TestEngine::PodmanRootful);
+    if host_on_internal_network {
+        let err = env.fails(&restricted, 4);
+        assert!(err.contains("rootful Podman") && err.contains("every service on the host"), "{err}");
+        assert_eq!(env.run(&["status", &r]).status.code(), Some(3), "a refused up left its sandbox");
+        assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "a refused up made a proxy or a network");
+    } else {
+        env.ok(&restricted);
+        assert!(answers(w.ports(&r)[&3000], "r"));
+        env.ok(&["port", &r, "add", "4000"]);
+        let ports = w.ports(&r);
+        assert!(answers(ports[&4000], "r") && answers(ports[&3000], "r"));
+        names.push(r.clone());
+    }
     let full = ["up", &f, "--workspace", &ws_f, "-t", "serve", "--network", "full", "--publish", "3000"];
-    let mut names = vec![r.clone()];
     if test_engine() == TestEngine::PodmanRootless {
         let err = env.fails(&full, 4);
         assert!(err.contains("slirp4netns") && err.contains("--network restricted"), "{err}");
@@ -402,10 +426,69 @@ fn a_restricted_sandboxs_port_answers_the_host_on_every_engine() {
         assert!(answers(w.ports(&f)[&3000], "f"));
         names.push(f.clone());
     }
-    let mut down = vec!["down"];
-    down.extend(names.iter().map(String::as_str));
-    env.ok(&down);
+    if !names.is_empty() {
+        let mut down = vec!["down"];
+        down.extend(names.iter().map(String::as_str));
+        env.ok(&down);
+    }
     env.ok(&["gc", "--force"]);
     assert_eq!(w.leftovers(), (Vec::new(), Vec::new()), "forwarders or their networks left after down");
     env.assert_nothing_left();
+}
+
+/// Makes an internal network as forage makes a restricted sandbox's (no
+/// route out, Docker's `inhibit_ipv4`), says whether its gateway address is
+/// one of the host's own, and removes it.
+fn host_has_address_on_an_internal_network(name: &str, image: &str) -> bool {
+    use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
+    let (subnet, gateway) = ("10.214.250.0/29", Ipv4Addr::new(10, 214, 250, 1));
+    let request = NetworkCreateRequest {
+        name: name.to_owned(),
+        internal: Some(true),
+        ipam: Some(Ipam {
+            config: Some(vec![IpamConfig {
+                subnet: Some(subnet.into()),
+                gateway: Some(gateway.to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        options: Some(HashMap::from([("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned())])),
+        ..Default::default()
+    };
+    block_on(docker().create_network(request)).unwrap();
+    // Podman makes the bridge when a container first joins; a container
+    // that never starts is enough for Docker, which makes it at once.
+    // Rootful Podman's own open-file and process limits fail a start here,
+    // as for a sandbox: it is given forage's.
+    let rootful = forage::runtime::engine_choice::EngineInfo {
+        host: String::new(),
+        podman: true,
+        rootless: false,
+        version: String::new(),
+        socket_owner: None,
+    };
+    let ulimits = (test_engine() == TestEngine::PodmanRootful).then(|| rootful.rlimits()).flatten();
+    let probe = bollard::models::ContainerCreateBody {
+        image: Some(image.to_owned()),
+        cmd: Some(vec!["sh".into(), "-c".into(), ":".into()]),
+        host_config: Some(bollard::models::HostConfig {
+            network_mode: Some(name.to_owned()),
+            ulimits,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options =
+        bollard::query_parameters::CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
+    block_on(docker().create_container(Some(options), probe)).unwrap();
+    let started = block_on(docker().start_container(name, None));
+    let on_host = nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .any(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())) == Some(gateway));
+    let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    block_on(docker().remove_container(name, Some(remove))).unwrap();
+    block_on(docker().remove_network(name)).unwrap();
+    started.unwrap();
+    on_host
 }
