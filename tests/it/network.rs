@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::Command;
 
 use bollard::models::{
     ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkDisconnectRequest,
@@ -729,4 +730,90 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     w.env.ok(&["gc", "--force"]);
     assert_eq!(w.networks(), Vec::<String>::new());
     w.env.assert_nothing_left();
+}
+
+/// A container the engine cannot describe, elsewhere on the engine, stops no
+/// restricted `up` or `down`. On Podman, one in its database whose storage is
+/// gone (what every removal leaves for a moment, and a failed one for good):
+/// Podman 4.3's compat network list and inspect then fail with 500
+/// "container not known" (the test checks that they do), which failed this
+/// suite's `up`s in CI; forage reads networks through Podman's own API. On
+/// Docker, where no container can be in that state, a container is made and
+/// removed over and over meanwhile.
+#[test]
+fn a_container_the_engine_cannot_describe_stops_no_restricted_up_or_down() {
+    let w = World::new();
+    let (a, b) = (w.env.unique("net-ga"), w.env.unique("net-gb"));
+    w.up(&a, &[]);
+    let image = inspect(&format!("forage-{a}")).and_then(|c| c.config?.image).unwrap();
+    let ghost = w.env.unique("ghost");
+    let options = bollard::query_parameters::CreateContainerOptions { name: Some(ghost.clone()), ..Default::default() };
+    let config = ContainerCreateBody { image: Some(image), cmd: Some(vec!["true".into()]), ..Default::default() };
+    let id = block_on(docker().create_container(Some(options.clone()), config.clone())).unwrap().id;
+    let _removed_at_the_end = RemovedOnDrop(ghost.clone());
+    let churn = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let churner = if test_engine() == TestEngine::Docker {
+        let (churn, options, config) = (churn.clone(), options, config);
+        let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        block_on(docker().remove_container(&id, Some(remove.clone()))).unwrap();
+        Some(std::thread::spawn(move || {
+            while churn.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = block_on(docker().create_container(Some(options.clone()), config.clone()));
+                let _ = block_on(docker().remove_container(options.name.as_deref().unwrap(), Some(remove.clone())));
+            }
+        }))
+    } else {
+        delete_podman_storage_of(&id);
+        let listed = block_on(docker().list_networks(None::<bollard::query_parameters::ListNetworksOptions>));
+        let err = listed.expect_err("Podman's compat network list answered with a container it cannot describe");
+        assert!(err.to_string().contains("container not known"), "{err}");
+        None
+    };
+    w.up(&b, &[]);
+    let (_, out) = w.sh(&b, "curl -sS -m 30 http://denied.egress.test/");
+    assert!(out.contains(&format!("sandbox {b} may not reach denied.egress.test:80")), "{out}");
+    w.env.ok(&["down", &a, &b]);
+    w.env.ok(&["gc", "--force"]);
+    churn.store(false, std::sync::atomic::Ordering::Relaxed);
+    if let Some(churner) = churner {
+        churner.join().unwrap();
+    }
+    // Podman removes such a container (it takes the storage as gone already).
+    let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    let _ = block_on(docker().remove_container(&ghost, Some(remove)));
+    assert!(inspect(&ghost).is_none(), "the container {ghost} is still there");
+    block_on(docker().list_networks(None::<bollard::query_parameters::ListNetworksOptions>)).unwrap();
+    assert_eq!(w.networks(), Vec::<String>::new());
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+}
+
+/// Removes the container of that name when dropped, whatever the test did:
+/// a ghost left behind would fail every compat network listing after it.
+struct RemovedOnDrop(String);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        let _ = block_on(docker().remove_container(&self.0, Some(remove)));
+    }
+}
+
+/// Deletes container `id`'s storage under Podman, leaving it in Podman's
+/// database (containers-storage, Debian's package of that name, inside the
+/// user's namespace when rootless).
+fn delete_podman_storage_of(id: &str) {
+    let info = |field: &str| {
+        let out = Command::new("podman").args(["info", "--format", field]).output().unwrap();
+        assert!(out.status.success(), "podman info: {}", describe(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let (graph, run) = (info("{{.Store.GraphRoot}}"), info("{{.Store.RunRoot}}"));
+    let delete = ["containers-storage", "-g", &graph, "-R", &run, "-s", "overlay", "delete-container", id];
+    let out = match test_engine() {
+        TestEngine::PodmanRootless => Command::new("podman").arg("unshare").args(delete).output(),
+        _ => Command::new(delete[0]).args(&delete[1..]).output(),
+    }
+    .unwrap();
+    assert!(out.status.success(), "{delete:?}: {}", describe(&out));
 }
