@@ -234,8 +234,9 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     fixture::bookworm();
     eprintln!("fixture ready after {:.0?}", started.elapsed());
 
-    // forage run by an ordinary user: as root, file ownership would prove nothing.
-    let uid = 4251;
+    // forage run by an ordinary user: as root, file ownership would prove
+    // nothing. (The rootless Podman pass is one already: it runs as itself.)
+    let uid = ordinary_user(4251);
     let env = Env::new();
     env.give(env.dir.path(), uid);
     let name = env.unique("aider");
@@ -342,7 +343,7 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     let history = std::fs::read_to_string(worktree.join(".aider.chat.history.md")).unwrap();
     let answered: Vec<&str> = history.lines().filter(|l| l.contains("(Y)es/(N)o")).collect();
     assert_eq!(answered, ["> Add file to the chat? (Y)es/(N)o/(D)on't ask again [Yes]: y  "], "{history}");
-    let gid = docker_gid();
+    let gid = user_gid();
     for file in ["hello.txt", ".aider.chat.history.md"] {
         let meta = std::fs::metadata(worktree.join(file)).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (uid, gid), "{file}");

@@ -232,13 +232,13 @@ impl Env {
     pub fn cmd_as(&self, uid: u32, args: &[&str]) -> Command {
         use std::os::unix::process::CommandExt;
         let mut c = self.cmd(args);
-        c.uid(uid).gid(docker_gid()).env("HOME", self.dir.path());
+        c.uid(uid).gid(user_gid()).env("HOME", self.dir.path());
         c
     }
 
-    /// Hands `path` to `uid` (group docker), so a `cmd_as` user may use it.
+    /// Hands `path` to `uid` (group `user_gid()`), so a `cmd_as` user may use it.
     pub fn give(&self, path: &Path, uid: u32) {
-        nix::unistd::chown(path, Some(uid.into()), Some(docker_gid().into())).unwrap();
+        nix::unistd::chown(path, Some(uid.into()), Some(user_gid().into())).unwrap();
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
@@ -342,6 +342,28 @@ impl Drop for Env {
 }
 
 /// The group that may use the Docker socket.
+/// The group `cmd_as` users run with: docker's, so that they may use its
+/// socket; for a test run that is itself an ordinary user (the rootless
+/// Podman pass, whose engine is that user's), that user's own.
+pub fn user_gid() -> u32 {
+    if nix::unistd::geteuid().is_root() {
+        docker_gid()
+    } else {
+        nix::unistd::getegid().as_raw()
+    }
+}
+
+/// An ordinary user for a test that must not run forage-ctl as root: `uid`
+/// when the test run is root (it may act as anyone), else the test run's own.
+pub fn ordinary_user(uid: u32) -> u32 {
+    let me = nix::unistd::geteuid();
+    if me.is_root() {
+        uid
+    } else {
+        me.as_raw()
+    }
+}
+
 pub fn docker_gid() -> u32 {
     nix::unistd::Group::from_name("docker").unwrap().expect("a docker group owns the Docker socket").gid.as_raw()
 }
