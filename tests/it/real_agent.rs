@@ -295,7 +295,9 @@ fn aider_takes_a_task_edits_commits_and_exits_and_its_key_stays_secret() {
     ]);
     let container = format!("forage-{name}");
     let image = inspect(&container).unwrap().config.unwrap().image.unwrap();
-    assert!(image.starts_with("forage-build/aider:"), "{image}: not the built-in template's image\n{up}");
+    // (Podman names a built image `docker.io/forage-build/…`.)
+    let built = image.strip_prefix("docker.io/").unwrap_or(&image);
+    assert!(built.starts_with("forage-build/aider:"), "{image}: not the built-in template's image\n{up}");
     let status: serde_json::Value = serde_json::from_str(&as_user(&["status", &name, "--json"])).unwrap();
     let toolchain = &status["record"]["toolchain"];
     assert_eq!(toolchain["source"], ".devcontainer/devcontainer.json", "{toolchain}");
