@@ -341,7 +341,6 @@ impl Drop for Env {
     }
 }
 
-/// The group that may use the Docker socket.
 /// The group `cmd_as` users run with: docker's, so that they may use its
 /// socket; for a test run that is itself an ordinary user (the rootless
 /// Podman pass, whose engine is that user's), that user's own.
@@ -364,6 +363,7 @@ pub fn ordinary_user(uid: u32) -> u32 {
     }
 }
 
+/// The group that may use the Docker socket.
 pub fn docker_gid() -> u32 {
     nix::unistd::Group::from_name("docker").unwrap().expect("a docker group owns the Docker socket").gid.as_raw()
 }
