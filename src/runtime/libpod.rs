@@ -48,7 +48,7 @@ pub async fn networks(host: &str, filters: &HashMap<String, Vec<String>>) -> Res
         return Err(refused("listing networks", status, &body));
     }
     serde_json::from_slice(&body)
-        .map_err(|e| Error::engine(format!("Podman's network list could not be read ({e}): {}", shown(&body))))
+        .map_err(|e| Error::other(format!("Podman's network list could not be read ({e}): {}", shown(&body))))
 }
 
 /// Whether Podman has a network of that name.
@@ -62,7 +62,7 @@ pub async fn network_exists(host: &str, name: &str) -> Result<bool> {
 }
 
 /// GET `path` from the engine at `host` (`unix://…`, `tcp://…` or `http://…`):
-/// its status and body.
+/// its status and body; an engine that does not answer is exit 5.
 async fn get(host: &str, path: &str) -> Result<(u16, Bytes)> {
     let unreachable = |e: &dyn std::fmt::Display| Error::engine(format!("Podman at {host} did not answer {path}: {e}"));
     let request = hyper::Request::get(path)
@@ -109,8 +109,10 @@ where
     }
 }
 
+/// An answer other than the one asked for: an error of the engine's, not
+/// an engine out of reach (exit 1, as for the compat API's errors).
 fn refused(what: &str, status: u16, body: &[u8]) -> Error {
-    Error::engine(format!("{what}: Podman said ({status}): {}", shown(body)))
+    Error::other(format!("{what}: Podman said ({status}): {}", shown(body)))
 }
 
 /// The body, as Podman's error message when it is one.
