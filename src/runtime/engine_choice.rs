@@ -235,20 +235,18 @@ mod tests {
         assert_eq!(candidates(&settings(None, None), None), [DEFAULT_HOST, PODMAN_ROOTFUL]);
     }
 
+    /// An engine at the rootful socket: Docker, or Podman rootful or rootless.
+    fn engine(podman: bool, rootless: bool) -> EngineInfo {
+        EngineInfo { host: PODMAN_ROOTFUL.into(), podman, rootless, version: "4.3.1".into(), socket_owner: Some(0) }
+    }
+
     #[test]
     fn restricted_networks_are_refused_on_rootful_podman_only() {
-        let info = |podman, rootless| EngineInfo {
-            host: PODMAN_ROOTFUL.into(),
-            podman,
-            rootless,
-            version: "4.3.1".into(),
-            socket_owner: Some(0),
-        };
-        let e = info(true, false).check_restricted().unwrap_err();
+        let e = engine(true, false).check_restricted().unwrap_err();
         assert!(e.to_string().contains("cannot be kept from the host on rootful Podman"), "{e}");
         assert_eq!(e.exit_code(), 4);
-        assert!(info(true, true).check_restricted().is_ok(), "rootless Podman's bridge is in its own namespace");
-        assert!(info(false, false).check_restricted().is_ok(), "Docker's internal network has no host address");
+        assert!(engine(true, true).check_restricted().is_ok(), "rootless Podman's bridge is in its own namespace");
+        assert!(engine(false, false).check_restricted().is_ok(), "Docker's internal network has no host address");
     }
 
     #[test]
@@ -270,16 +268,9 @@ mod tests {
     #[test]
     fn only_rootful_podman_is_given_limits_and_they_are_the_users_own() {
         use nix::sys::resource::{getrlimit, Resource};
-        let info = |podman, rootless| EngineInfo {
-            host: PODMAN_ROOTFUL.into(),
-            podman,
-            rootless,
-            version: "4.3.1".into(),
-            socket_owner: Some(0),
-        };
-        assert_eq!(info(false, false).rlimits(), None, "Docker");
-        assert_eq!(info(true, true).rlimits(), None, "rootless Podman");
-        let limits = info(true, false).rlimits().expect("rootful Podman");
+        assert_eq!(engine(false, false).rlimits(), None, "Docker");
+        assert_eq!(engine(true, true).rlimits(), None, "rootless Podman");
+        let limits = engine(true, false).rlimits().expect("rootful Podman");
         let of = |name: &str| limits.iter().find(|l| l.name.as_deref() == Some(name)).unwrap().clone();
         let (nofile, nproc) = (of("nofile"), of("nproc"));
         let own = |r| i64::try_from(getrlimit(r).unwrap().1.min(ROOTFUL_PODMAN_RLIMIT)).unwrap();

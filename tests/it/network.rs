@@ -757,10 +757,13 @@ fn a_container_the_engine_cannot_describe_stops_no_restricted_up_or_down() {
         let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
         block_on(docker().remove_container(&id, Some(remove.clone()))).unwrap();
         Some(std::thread::spawn(move || {
+            let mut cycles = 0;
             while churn.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = block_on(docker().create_container(Some(options.clone()), config.clone()));
-                let _ = block_on(docker().remove_container(options.name.as_deref().unwrap(), Some(remove.clone())));
+                let made = block_on(docker().create_container(Some(options.clone()), config.clone())).is_ok();
+                let name = options.name.as_deref().unwrap();
+                cycles += usize::from(made && block_on(docker().remove_container(name, Some(remove.clone()))).is_ok());
             }
+            cycles
         }))
     } else {
         delete_podman_storage_of(&id);
@@ -776,7 +779,7 @@ fn a_container_the_engine_cannot_describe_stops_no_restricted_up_or_down() {
     w.env.ok(&["gc", "--force"]);
     churn.store(false, std::sync::atomic::Ordering::Relaxed);
     if let Some(churner) = churner {
-        churner.join().unwrap();
+        assert!(churner.join().unwrap() > 0, "no container was made and removed while up and down ran");
     }
     // Podman removes such a container (it takes the storage as gone already).
     let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };

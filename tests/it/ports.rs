@@ -441,7 +441,9 @@ fn published_ports_answer_the_host_on_every_engine_and_restricted_is_refused_whe
 /// one of the host's own, and removes it.
 fn host_has_address_on_an_internal_network(name: &str, image: &str) -> bool {
     use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
-    let (subnet, gateway) = ("10.214.250.0/29", Ipv4Addr::new(10, 214, 250, 1));
+    // Outside every range forage picks subnets from (10.213-10.215/16), so
+    // that no concurrent test's network holds it.
+    let (subnet, gateway) = ("10.219.250.0/29", Ipv4Addr::new(10, 219, 250, 1));
     let request = NetworkCreateRequest {
         name: name.to_owned(),
         internal: Some(true),
