@@ -820,21 +820,25 @@ impl Runtime for Docker {
             "label".to_string(),
             vec![LABEL_SANDBOX.to_string(), format!("{LABEL_HOME}={home_label}")],
         )]);
+        let info = self.info().await?;
+        if info.podman {
+            // Podman's own list: its compat one fails while any container on
+            // the engine cannot be described (see `super::libpod`).
+            let containers = super::libpod::containers(&info.host, &filters).await?;
+            return Ok(containers
+                .into_iter()
+                .filter_map(|c| {
+                    let sandbox = c.labels.as_ref()?.get(LABEL_SANDBOX)?.clone();
+                    let state = ContainerState::parse(c.docker_state());
+                    let exit_code = state.has_ended().then_some(c.exit_code);
+                    Some(ContainerSummary { name: c.names.into_iter().next()?, sandbox, state, exit_code })
+                })
+                .collect());
+        }
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let api = self.api().await?;
-        // Podman 4.3 lists a container whose process ended but whose cleanup
-        // has not run yet as `stopped`, a state the Engine API does not have
-        // (bollard refuses the whole answer): for the moment it lasts, ask again.
-        let mut tries = 0;
-        let containers = loop {
-            match api.list_containers(Some(options.clone())).await {
-                Err(e) if tries < 50 && is_podmans_stopped(&e) => {
-                    tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                other => break other.map_err(|e| Error::docker("listing containers", e))?,
-            }
-        };
+        let containers =
+            api.list_containers(Some(options)).await.map_err(|e| Error::docker("listing containers", e))?;
         Ok(containers
             .into_iter()
             .filter_map(|c| {
@@ -846,11 +850,6 @@ impl Runtime for Docker {
             })
             .collect())
     }
-}
-
-/// Podman's answer naming its own `stopped` state, which bollard cannot read.
-fn is_podmans_stopped(e: &bollard::errors::Error) -> bool {
-    e.to_string().contains("unknown variant `stopped`")
 }
 
 /// The code in the engine's status text of an ended container: `Exited (137) 5 seconds ago`.
@@ -881,16 +880,6 @@ mod tests {
     }
 
     use super::*;
-
-    #[test]
-    fn only_podmans_stopped_state_is_listed_again() {
-        let parse = |message: &str| bollard::errors::Error::JsonDataError { message: message.into(), column: 4307 };
-        let stopped = "unknown variant `stopped`, expected one of ``, `created`, `running`, `paused`, `restarting`, `exited`, `removing`, `dead`, `stopping` at line 1 column 4307";
-        assert!(is_podmans_stopped(&parse(stopped)));
-        assert!(!is_podmans_stopped(&parse("unknown variant `zombie`, expected one of ``")));
-        let server = bollard::errors::Error::DockerResponseServerError { status_code: 500, message: "boom".into() };
-        assert!(!is_podmans_stopped(&server));
-    }
 
     #[test]
     fn the_api_version_is_the_engines_or_ours_whichever_is_older() {

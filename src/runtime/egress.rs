@@ -109,6 +109,11 @@ impl Docker {
     /// The containers on `network`, stopped ones too: (id, name).
     async fn containers_on_network(&self, network: &str) -> Result<Vec<(String, String)>> {
         let filters = HashMap::from([("network".to_owned(), vec![network.to_owned()])]);
+        let info = self.info().await?;
+        if info.podman {
+            let list = super::libpod::containers(&info.host, &filters).await?;
+            return Ok(list.into_iter().map(|c| (c.id, c.names.into_iter().next().unwrap_or_default())).collect());
+        }
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let list = self
             .api()
@@ -146,6 +151,18 @@ impl Docker {
         if spec.internal {
             self.info().await?.check_restricted()?;
         }
+        // Engines before API 1.44 make a second network of a name in use
+        // (`CheckDuplicate` is off, and bollard no longer sends it), and then
+        // every request by that name is ambiguous: refuse one in use first.
+        let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
+        let same_name = self.network_list(filters).await?;
+        if same_name.iter().any(|n| n.name == spec.name) {
+            return Err(taken(&spec.name));
+        }
+        let info = self.info().await?;
+        if info.podman && spec.internal {
+            return podman_create_internal_network(&info.host, spec).await;
+        }
         let mut options = HashMap::new();
         if spec.internal {
             options.insert("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned());
@@ -166,14 +183,6 @@ impl Docker {
             labels: Some(spec.labels.clone()),
             ..Default::default()
         };
-        // Engines before API 1.44 make a second network of a name in use
-        // (`CheckDuplicate` is off, and bollard no longer sends it), and then
-        // every request by that name is ambiguous: refuse one in use first.
-        let filters = HashMap::from([("name".to_owned(), vec![spec.name.clone()])]);
-        let same_name = self.network_list(filters).await?;
-        if same_name.iter().any(|n| n.name == spec.name) {
-            return Err(taken(&spec.name));
-        }
         match self.api().await?.create_network(request).await {
             Ok(_) => Ok(true),
             // Docker: "Pool overlaps with other one on this address space";
@@ -198,18 +207,29 @@ impl Docker {
             return Ok(());
         }
         let api = self.api().await?;
-        for (id, _) in self.containers_on_network(name).await? {
+        let mut failed = None;
+        for (id, container) in self.containers_on_network(name).await? {
             let request = NetworkDisconnectRequest { container: id.clone(), force: Some(true) };
             match api.disconnect_network(name, request).await {
                 Ok(()) => {}
                 Err(e) if is_docker_not_found(&e) => {}
-                Err(e) => return Err(Error::docker(format!("disconnecting {id} from network {name}"), e)),
+                // Podman takes the container off the network in its
+                // database before it tears the interface down, and a
+                // teardown that fails (its rootless network namespace gone
+                // under it) leaves it off: the network can still go. The
+                // container is left one Podman cannot describe (an egress
+                // proxy is replaced at the next `up`).
+                Err(e) if self.info().await?.podman => {
+                    tracing::warn!("disconnecting {container} from network {name}: {e}");
+                    failed.get_or_insert(Error::docker(format!("disconnecting {container} from network {name}"), e));
+                }
+                Err(e) => return Err(Error::docker(format!("disconnecting {container} from network {name}"), e)),
             }
         }
         match api.remove_network(name).await {
             Ok(()) => Ok(()),
             Err(e) if is_docker_not_found(&e) => Ok(()),
-            Err(e) => Err(Error::docker(format!("removing network {name}"), e)),
+            Err(e) => Err(failed.unwrap_or_else(|| Error::docker(format!("removing network {name}"), e))),
         }
     }
 
@@ -282,6 +302,12 @@ impl Docker {
             }
             Ok(_) => {} // an older forage's proxy: replaced
             Err(e) if is_docker_not_found(&e) => {}
+            // Podman cannot describe it (a network's setup or teardown
+            // failed half way): it is replaced, and joined to every sandbox
+            // network afresh.
+            Err(e) if self.info().await?.podman && self.docker_container_exists(&spec.container).await? => {
+                tracing::warn!("the egress proxy {} is broken, and is made again: {e}", spec.container);
+            }
             Err(e) => return Err(Error::docker(format!("inspecting container {}", spec.container), e)),
         }
         self.docker_remove_proxy_container(&spec.container).await?;
@@ -347,6 +373,10 @@ impl Docker {
     }
 
     pub(crate) async fn docker_container_exists(&self, name: &str) -> Result<bool> {
+        let info = self.info().await?;
+        if info.podman {
+            return super::libpod::container_exists(&info.host, name).await;
+        }
         match self.api().await?.inspect_container(name, None::<InspectContainerOptions>).await {
             Ok(_) => Ok(true),
             Err(e) if is_docker_not_found(&e) => Ok(false),
@@ -365,6 +395,32 @@ fn is_image(named: Option<&str>, reference: &str) -> bool {
 fn mac_of(address: Ipv4Addr) -> String {
     let [a, b, c, d] = address.octets();
     format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
+}
+
+/// A sandbox's network on Podman, made through libpod: as the compat API
+/// would make it (isolated from Podman's other networks), but without the
+/// DNS server the compat API gives every network. That server, at the
+/// gateway, answers a container any name, asking the host's resolvers for
+/// what it does not know: a way out of a restricted sandbox around the
+/// proxy (a name is data, and the resolvers pass it on). forage gives the
+/// sandbox the proxy's DNS instead. `true` if made, `false` if the subnet
+/// is in use.
+async fn podman_create_internal_network(host: &str, spec: &NetworkSpec) -> Result<bool> {
+    use super::libpod::{create_network, Created, NewNetwork, NewSubnet};
+    let network = NewNetwork {
+        name: spec.name.clone(),
+        driver: "bridge".into(),
+        subnets: vec![NewSubnet { subnet: spec.subnet.to_string(), gateway: spec.subnet.host(1).to_string() }],
+        internal: true,
+        dns_enabled: false,
+        options: HashMap::from([("isolate".to_owned(), "true".to_owned())]),
+        labels: spec.labels.clone(),
+    };
+    match create_network(host, &network).await? {
+        Created::Made => Ok(true),
+        Created::SubnetUsed => Ok(false),
+        Created::NameTaken => Err(taken(&spec.name)),
+    }
 }
 
 /// A network of that name exists, and is not forage's to use.

@@ -22,8 +22,8 @@ use crate::support::*;
 /// A shell in an image built from host tools, with what the attacks need.
 const TEMPLATE: &str = "description: egress tests
 host_image:
-  require: [sh, bash, curl, openssl, getent, timeout]
-  tools: [sh, bash, cat, curl, openssl, getent, timeout, sleep, grep, env]
+  require: [sh, bash, curl, openssl, getent, timeout, od]
+  tools: [sh, bash, cat, curl, openssl, getent, timeout, sleep, grep, env, od]
 agent:
   command: [sleep, infinity]
 network_allow: [allowed.egress.test]
@@ -123,16 +123,8 @@ impl World {
 
     /// The proxy's container, if this FORAGE_HOME has one.
     pub(crate) fn proxies(&self) -> Vec<String> {
-        labelled_containers(&format!("forage.egress.home={}", self.home_label()))
+        containers_labelled(&format!("forage.egress.home={}", self.home_label()))
     }
-}
-
-/// Containers carrying `label`, by name.
-fn labelled_containers(label: &str) -> Vec<String> {
-    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
-    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-    let list = block_on(docker().list_containers(Some(options))).unwrap();
-    list.into_iter().flat_map(|c| c.names.unwrap_or_default()).map(|n| n.trim_start_matches('/').to_owned()).collect()
 }
 
 impl Drop for World {
@@ -142,7 +134,7 @@ impl Drop for World {
         let mut containers = self.servers.clone();
         containers.extend(self.env.containers().iter().map(|n| n.trim_start_matches('/').to_owned()));
         containers.extend(self.proxies());
-        containers.extend(labelled_containers(&self.ports_label()));
+        containers.extend(containers_labelled(&self.ports_label()));
         for c in containers {
             let _ = block_on(api.remove_container(&c, Some(remove.clone())));
         }
@@ -791,6 +783,84 @@ fn a_container_the_engine_cannot_describe_stops_no_restricted_up_or_down() {
     w.env.assert_nothing_left();
 }
 
+/// Podman 4.3 takes a container onto a network in its database before it
+/// sets the interface up, and leaves it there when the setup fails: from
+/// then on it answers that container's inspect, and every compat container
+/// listing on the engine, with 500 "network inspection mismatch" (a
+/// teardown that fails half way, as when the rootless network namespace
+/// goes away under it, does the same the other way round). The attack: the
+/// proxy joined to a network at an address outside it. `list` still
+/// works, the next `up` replaces the proxy (joined again to every sandbox's
+/// network), and `down` and `gc` clean up. Docker refuses the join whole.
+#[test]
+fn a_proxy_the_engine_cannot_describe_is_replaced_and_list_still_works() {
+    use bollard::models::{EndpointIpamConfig, Ipam, IpamConfig, NetworkConnectRequest};
+    let w = World::new();
+    let (a, b) = (w.env.unique("net-pa"), w.env.unique("net-pb"));
+    w.up(&a, &[]);
+    let proxy = w.proxies().pop().expect("the proxy's container");
+    let trap = w.env.unique("trap");
+    let request = NetworkCreateRequest {
+        name: trap.clone(),
+        internal: Some(true),
+        ipam: Some(Ipam {
+            config: Some(vec![IpamConfig { subnet: Some("10.219.252.0/29".into()), ..Default::default() }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    block_on(docker().create_network(request)).unwrap();
+    let _trap_removed_at_the_end = NetworkRemovedOnDrop(trap.clone());
+    let join = NetworkConnectRequest {
+        container: proxy.clone(),
+        endpoint_config: Some(EndpointSettings {
+            ipam_config: Some(EndpointIpamConfig { ipv4_address: Some("10.99.0.5".into()), ..Default::default() }),
+            ..Default::default()
+        }),
+    };
+    let joined = block_on(docker().connect_network(&trap, join));
+    assert!(joined.is_err(), "the engine joined the proxy at an address outside the network");
+    let described = block_on(docker().inspect_container(&proxy, None));
+    let listed = block_on(docker().list_containers(None::<ListContainersOptions>));
+    if test_engine() == TestEngine::Docker {
+        described.unwrap();
+        listed.unwrap();
+    } else {
+        let err = described.expect_err("Podman described the proxy it half joined");
+        assert!(err.to_string().contains("network inspection mismatch"), "{err}");
+        let err = listed.expect_err("Podman listed containers with one it cannot describe");
+        assert!(err.to_string().contains("network inspection mismatch"), "{err}");
+    }
+
+    let list = w.env.json(&["list", "--json"]);
+    assert_eq!((list[0]["name"].as_str(), list[0]["status"].as_str()), (Some(a.as_str()), Some("running")), "{list}");
+    w.up(&b, &[]);
+    for sandbox in [&a, &b] {
+        let (_, out) = w.sh(sandbox, "curl -sS -m 30 http://denied.egress.test/");
+        assert!(out.contains(&format!("sandbox {sandbox} may not reach denied.egress.test:80")), "{out}");
+    }
+    block_on(docker().inspect_container(&proxy, None)).expect("the proxy was not made again");
+    w.env.ok(&["down", &a, &b]);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.proxies(), Vec::<String>::new());
+    assert_eq!(w.networks(), Vec::<String>::new());
+    w.env.assert_nothing_left();
+}
+
+/// Removes the network of that name when dropped (whatever is on it first).
+struct NetworkRemovedOnDrop(String);
+
+impl Drop for NetworkRemovedOnDrop {
+    fn drop(&mut self) {
+        let joined = std::panic::catch_unwind(|| containers_on_network(&self.0)).unwrap_or_default();
+        for container in joined {
+            let request = NetworkDisconnectRequest { container, force: Some(true) };
+            let _ = block_on(docker().disconnect_network(&self.0, request));
+        }
+        let _ = block_on(docker().remove_network(&self.0));
+    }
+}
+
 /// Removes the container of that name when dropped, whatever the test did:
 /// a ghost left behind would fail every compat network listing after it.
 struct RemovedOnDrop(String);
@@ -819,4 +889,111 @@ fn delete_podman_storage_of(id: &str) {
     }
     .unwrap();
     assert!(out.status.success(), "{delete:?}: {}", describe(&out));
+}
+
+/// `dns_query SERVER NAME`: an A query for NAME sent to SERVER:53 over UDP,
+/// in bash alone (one `printf`: one datagram); prints the answer's header
+/// (12 bytes, in hex), or nothing when no server answers there in 5 seconds.
+const DNS_QUERY: &str = r#"dns_query() {
+  local question= label labels
+  IFS=. read -ra labels <<<"$2"
+  for label in "${labels[@]}"; do question+="\\x$(printf %02x ${#label})$label"; done
+  exec 3<>"/dev/udp/$1/53" || return
+  printf "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00$question\x00\x00\x01\x00\x01" >&3
+  timeout 5 od -An -tx1 -N12 <&3
+}"#;
+
+/// The answer's header, if a DNS server answered our query (id 0x1234).
+fn dns_answer(probe_said: &str) -> Option<Vec<String>> {
+    let bytes: Vec<String> = probe_said.split_whitespace().map(str::to_owned).collect();
+    (bytes.len() == 12 && bytes[..2] == ["12", "34"]).then_some(bytes)
+}
+
+/// Podman gives every network its compat API makes a DNS server at the
+/// gateway (aardvark-dns) that answers any name, asking the host's
+/// resolvers for what it does not know: from a sandbox's network, a way
+/// out around the proxy (a name is data, and the resolvers pass it on).
+/// The attack: a DNS query sent straight to the gateway of the sandbox's
+/// network. On a network made as the engine makes one by default, with a
+/// container of the sandbox's image on it, the same query is answered on
+/// Podman (the hole); from the sandbox, only the proxy answers (NXDOMAIN),
+/// and nothing at the gateway.
+#[test]
+fn no_dns_server_but_the_proxys_answers_a_restricted_sandbox() {
+    let w = World::new();
+    let name = w.env.unique("net-dns");
+    w.up(&name, &[]);
+    let (_, egress) = w.network(&name);
+    let (proxy, sandbox_net) = (str_of(&egress["proxy_address"]), str_of(&egress["network"]));
+    let proxy_name = w.proxies().pop().expect("the proxy's container");
+    let image = inspect(&format!("forage-{name}")).and_then(|c| c.config?.image).unwrap();
+
+    // The query works: the proxy answers it, with NXDOMAIN.
+    let (_, out) = w.sh(&name, &format!("{DNS_QUERY}; dns_query {proxy} {proxy_name}"));
+    let answer = dns_answer(&out).unwrap_or_else(|| panic!("the proxy did not answer the query: {out}"));
+    assert_eq!(answer[2..4], ["81", "03"], "the proxy's answer is not NXDOMAIN (QR, RD, rcode 3): {out}");
+
+    // The hole, where the engine has it: a DNS server at the gateway of an
+    // internal network made as the engine makes one.
+    let default_network_answers = dns_at_the_gateway_of_a_default_internal_network(&w.env.unique("dnsctl"), &image);
+    assert_eq!(default_network_answers, test_engine() != TestEngine::Docker);
+
+    // From the sandbox, nothing answers at its network's gateway.
+    let gw = gateway(&sandbox_net);
+    let (_, out) = w.sh(&name, &format!("{DNS_QUERY}; dns_query {gw} {proxy_name}"));
+    assert_eq!(dns_answer(&out), None, "a DNS server answered the sandbox at its gateway {gw}: {out}");
+    // The sandbox's resolvers: the proxy, or on Docker the engine's own
+    // (127.0.0.11, which asks the proxy); neither knows a name.
+    let (_, resolv) = w.sh(&name, "cat /etc/resolv.conf");
+    let servers: Vec<&str> = resolv.lines().filter_map(|l| l.strip_prefix("nameserver")).map(str::trim).collect();
+    let expected = if test_engine() == TestEngine::Docker { "127.0.0.11" } else { proxy.as_str() };
+    assert_eq!(servers, [expected], "{resolv}");
+    let (_, out) = w.sh(&name, &format!("{DNS_QUERY}; dns_query {expected} allowed.egress.test"));
+    let answer = dns_answer(&out).unwrap_or_else(|| panic!("the sandbox's resolver did not answer: {out}"));
+    assert_eq!(answer[3], "03", "the sandbox's resolver {expected} knew the name: {out}");
+    w.env.ok(&["down", &name]);
+    w.env.ok(&["gc", "--force"]);
+    assert_eq!(w.networks(), Vec::<String>::new());
+}
+
+/// Whether a DNS server answers, at the gateway of an internal network
+/// made as the engine makes one by default (as forage made it before), a
+/// container of `image` on it asking for its own name.
+fn dns_at_the_gateway_of_a_default_internal_network(name: &str, image: &str) -> bool {
+    use bollard::models::{Ipam, IpamConfig};
+    // Outside every range forage picks subnets from (10.213-10.215/16), and
+    // not ports::'s probe's, so that no concurrent test's network holds it.
+    let (subnet, gateway) = ("10.219.251.0/29", "10.219.251.1");
+    let request = NetworkCreateRequest {
+        name: name.to_owned(),
+        internal: Some(true),
+        ipam: Some(Ipam {
+            config: Some(vec![IpamConfig {
+                subnet: Some(subnet.into()),
+                gateway: Some(gateway.into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        options: Some(HashMap::from([("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned())])),
+        ..Default::default()
+    };
+    block_on(docker().create_network(request)).unwrap();
+    let config = ContainerCreateBody {
+        image: Some(image.to_owned()),
+        cmd: Some(vec!["sleep".into(), "infinity".into()]),
+        host_config: Some(HostConfig { network_mode: Some(name.to_owned()), ..Default::default() }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
+    let made = block_on(docker().create_container(Some(options), config))
+        .and_then(|_| block_on(docker().start_container(name, None)));
+    let said =
+        made.is_ok().then(|| exec_in(name, &["bash", "-c", &format!("{DNS_QUERY}; dns_query {gateway} {name}")]));
+    let remove = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    let _ = block_on(docker().remove_container(name, Some(remove)));
+    block_on(docker().remove_network(name)).unwrap();
+    made.unwrap();
+    let (_, out) = said.unwrap();
+    dns_answer(&out).is_some()
 }

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::query_parameters::RemoveContainerOptions;
 
 use crate::support::*;
 
@@ -56,11 +56,8 @@ impl World {
             [format!("forage.ports.home={}", self.home_label()), format!("forage.egress.home={}", self.home_label())];
         let (mut containers, mut networks) = (Vec::new(), Vec::new());
         for label in labels {
-            let filters = HashMap::from([("label".to_owned(), vec![label])]);
-            let options = ListContainersOptions { all: true, filters: Some(filters.clone()), ..Default::default() };
-            let found = block_on(docker().list_containers(Some(options))).unwrap();
-            containers.extend(found.into_iter().flat_map(|c| c.names.unwrap_or_default()));
-            networks.extend(engine_networks(filters));
+            containers.extend(containers_labelled(&label));
+            networks.extend(networks_labelled(&label));
         }
         (containers, networks)
     }

@@ -150,12 +150,40 @@ pub fn engine_network_exists(name: &str) -> bool {
     }
 }
 
+/// The containers matching `filters` (Docker's keys: `label`, `network`),
+/// stopped ones too: (id, name). Podman's are listed through its libpod
+/// API, as forage lists them (src/runtime/libpod.rs): its compat list fails
+/// while any one container on the engine cannot be described.
+pub fn engine_containers(filters: HashMap<String, Vec<String>>) -> Vec<(String, String)> {
+    match test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
+        Some(host) => {
+            let found = block_on(forage::runtime::libpod::containers(&host, &filters)).unwrap();
+            found.into_iter().map(|c| (c.id, c.names.into_iter().next().unwrap_or_default())).collect()
+        }
+        None => {
+            let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+            let found = block_on(docker().list_containers(Some(options))).unwrap();
+            found
+                .into_iter()
+                .filter_map(|c| {
+                    let name = c.names.into_iter().flatten().next().unwrap_or_default();
+                    Some((c.id?, name.trim_start_matches('/').to_owned()))
+                })
+                .collect()
+        }
+    }
+}
+
+/// The names of the containers labelled `label`, stopped ones too.
+pub fn containers_labelled(label: &str) -> Vec<String> {
+    let filters = HashMap::from([("label".to_owned(), vec![label.to_owned()])]);
+    engine_containers(filters).into_iter().map(|(_, name)| name).collect()
+}
+
 /// The ids of the containers on network `name`, stopped ones too.
 pub fn containers_on_network(name: &str) -> Vec<String> {
     let filters = HashMap::from([("network".to_owned(), vec![name.to_owned()])]);
-    let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-    let list = block_on(docker().list_containers(Some(options))).unwrap();
-    list.into_iter().filter_map(|c| c.id).collect()
+    engine_containers(filters).into_iter().map(|(id, _)| id).collect()
 }
 
 /// One test's world: its own FORAGE_HOME and config dirs, a scratch dir, and a
@@ -279,7 +307,11 @@ impl Env {
     }
 
     fn containers_on(&self, api: &bollard::Docker) -> Result<Vec<String>, bollard::errors::Error> {
-        let filters = HashMap::from([("label".to_string(), vec![format!("forage.home={}", self.home.display())])]);
+        let label = format!("forage.home={}", self.home.display());
+        if self.docker_host.is_none() && test_engine() != TestEngine::Docker {
+            return Ok(containers_labelled(&label));
+        }
+        let filters = HashMap::from([("label".to_string(), vec![label])]);
         let list = block_on(api.list_containers(Some(ListContainersOptions {
             all: true,
             filters: Some(filters),
