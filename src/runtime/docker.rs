@@ -506,12 +506,10 @@ impl Runtime for Docker {
             ulimits: info.rlimits(),
             network_mode: Some(match (&spec.egress, spec.network) {
                 (Some(egress), _) => egress.network.clone(),
-                // Rootless Podman's "bridge" needs its rootless network
-                // namespace (netavark inside a user-owned netns), which fails
-                // on hosts whose /run is not a shared mount; slirp4netns is
-                // rootless Podman's own default and gives the same outbound
-                // network with no host-side setup.
-                (None, Network::Full) if info.rootless => "slirp4netns".into(),
+                // On rootless Podman too (its default network, in its
+                // rootless network namespace, as a restricted sandbox's is):
+                // a port forwarder can join it. (slirp4netns, rootless
+                // Podman's own default, is a network of the container alone.)
                 (None, Network::Full) => "bridge".into(),
                 // Never `bridge` for want of the sandbox's network.
                 (None, Network::None | Network::Restricted) => "none".into(),

@@ -25,10 +25,10 @@ pub struct ForwarderSpec {
     /// Its own network, which it publishes on (the engine made it).
     pub network: String,
     pub labels: HashMap<String, String>,
-    /// The sandbox's network, and the forwarder's address on it (`None`: the
-    /// engine picks, as on the default bridge).
+    /// The sandbox's network, and the forwarder's addresses on it, the first
+    /// free one taken (none: the engine picks, as on the default bridge).
     pub sandbox_network: String,
-    pub address: Option<Ipv4Addr>,
+    pub addresses: Vec<Ipv4Addr>,
     /// The sandbox's address there (`None`: read from the sandbox's
     /// container, named here, as it is now).
     pub target: Option<Ipv4Addr>,
@@ -47,21 +47,48 @@ impl Docker {
         spec: &ForwarderSpec,
         progress: &dyn Progress,
     ) -> Result<Vec<Published>> {
-        let info = self.info().await?;
         let (sandbox_network, target) = match spec.target {
             Some(t) => (spec.sandbox_network.clone(), t),
-            // Rootless Podman runs a `full` sandbox on slirp4netns (see
-            // `create`), a network of its container alone.
-            None if info.rootless => return Err(full_on_rootless_podman()),
             None => self.address_on(&spec.sandbox_container, &spec.sandbox_network).await?,
         };
         let image = self.ensure_image(&spec.image, progress).await?;
-        self.docker_remove_forwarder_container(&spec.container).await?;
-        let api = self.api().await?;
-        let mut config = container_config(spec, &image.reference, target, info.rlimits());
+        let inside = inside_ports(spec.ports.len());
+        let addresses: Vec<Option<Ipv4Addr>> = match spec.addresses.as_slice() {
+            [] => vec![None],
+            some => some.iter().copied().map(Some).collect(),
+        };
+        for (i, address) in addresses.iter().enumerate() {
+            self.docker_remove_forwarder_container(&spec.container).await?;
+            match self.make_forwarder(spec, &image.reference, &sandbox_network, *address, target, &inside).await? {
+                Ok(()) => return self.published(&spec.container, &spec.ports, &inside).await,
+                // Podman 4.3 keeps the address of a forwarder whose start
+                // failed (a host port taken) allocated on the network after
+                // its removal, until the network goes: the next address.
+                Err(e) if i + 1 < addresses.len() && is_address_taken(&e) => {
+                    tracing::debug!("forwarder address {address:?} is held on {sandbox_network}: {e}");
+                }
+                Err(e) => return Err(start_failed(spec, e)),
+            }
+        }
+        // (The last address's answer is returned above, whatever it is.)
+        Err(Error::other(format!("no address on network {sandbox_network} for the port forwarder")))
+    }
+
+    /// Creates and starts the forwarder at `address` on the sandbox's
+    /// network: the engine's refusal, if it refused.
+    async fn make_forwarder(
+        &self,
+        spec: &ForwarderSpec,
+        image: &str,
+        sandbox_network: &str,
+        address: Option<Ipv4Addr>,
+        target: Ipv4Addr,
+        inside: &[u16],
+    ) -> Result<std::result::Result<(), bollard::errors::Error>> {
+        let (info, api) = (self.info().await?, self.api().await?);
+        let mut config = container_config(spec, image, target, inside, info.rlimits());
         let on_sandbox_network = EndpointSettings {
-            ipam_config: spec
-                .address
+            ipam_config: address
                 .map(|a| EndpointIpamConfig { ipv4_address: Some(a.to_string()), ..Default::default() }),
             ..Default::default()
         };
@@ -70,34 +97,31 @@ impl Docker {
         // listing answers 500 "network inspection mismatch" until the
         // container is removed. Podman takes both networks at the create;
         // Docker (API 1.41) honours only one there, so it joins after.
-        let podman = info.podman;
-        if podman {
+        if info.podman {
             config.networking_config = Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([
                     (spec.network.clone(), EndpointSettings::default()),
-                    (sandbox_network.clone(), on_sandbox_network.clone()),
+                    (sandbox_network.to_owned(), on_sandbox_network.clone()),
                 ])),
             });
         }
         let options = CreateContainerOptions { name: Some(spec.container.clone()), ..Default::default() };
-        api.create_container(Some(options), config)
-            .await
-            .map_err(|e| Error::docker(format!("creating the port forwarder {}", spec.container), e))?;
-        if !podman {
+        if let Err(e) = api.create_container(Some(options), config).await {
+            return Ok(Err(e));
+        }
+        if !info.podman {
             let request =
                 NetworkConnectRequest { container: spec.container.clone(), endpoint_config: Some(on_sandbox_network) };
-            api.connect_network(&sandbox_network, request).await.map_err(|e| {
-                Error::docker(format!("joining the port forwarder {} to network {sandbox_network}", spec.container), e)
-            })?;
+            if let Err(e) = api.connect_network(sandbox_network, request).await {
+                return Ok(Err(e));
+            }
         }
-        if let Err(e) = api.start_container(&spec.container, None).await {
-            return Err(start_failed(spec, e));
-        }
-        self.published(&spec.container, &spec.ports).await
+        Ok(api.start_container(&spec.container, None).await)
     }
 
-    /// The host port of each of `ports`, as the engine bound it.
-    async fn published(&self, container: &str, ports: &[PortSpec]) -> Result<Vec<Published>> {
+    /// The host port of each of `ports` (forwarded from `inside`), as the
+    /// engine bound it.
+    async fn published(&self, container: &str, ports: &[PortSpec], inside: &[u16]) -> Result<Vec<Published>> {
         let inspected = self
             .api()
             .await?
@@ -107,9 +131,10 @@ impl Docker {
         let map = inspected.network_settings.and_then(|n| n.ports).unwrap_or_default();
         ports
             .iter()
-            .map(|p| {
+            .zip(inside)
+            .map(|(p, inside)| {
                 let host_port = map
-                    .get(&format!("{}/tcp", p.port))
+                    .get(&format!("{inside}/tcp"))
                     .and_then(|b| b.as_ref())
                     .into_iter()
                     .flatten()
@@ -134,6 +159,9 @@ impl Docker {
             .inspect_container(container, None::<InspectContainerOptions>)
             .await
             .map_err(|e| Error::docker(format!("inspecting container {container}"), e))?;
+        if inspected.host_config.as_ref().and_then(|h| h.network_mode.as_deref()) == Some("slirp4netns") {
+            return Err(on_slirp4netns(container));
+        }
         let mut networks = inspected.network_settings.and_then(|n| n.networks).unwrap_or_default();
         let on = match networks.remove_entry(network) {
             Some(found) => Some(found),
@@ -164,16 +192,25 @@ impl Docker {
     }
 }
 
-/// Rootless Podman cannot publish a `full` sandbox's ports: no forwarder can
-/// join its network.
-fn full_on_rootless_podman() -> Error {
-    Error::conflict(
-        "rootless Podman runs a sandbox with the full network on slirp4netns, which no port forwarder can reach",
-    )
-    .hint("publish ports of a sandbox with `--network restricted`, or use Docker or rootful Podman")
+/// A sandbox an older forage made on rootless Podman is on slirp4netns, a
+/// network of its container alone, which no forwarder can join; `reset`
+/// makes its container again on Podman's bridge network.
+fn on_slirp4netns(container: &str) -> Error {
+    let name = container.strip_prefix("forage-").unwrap_or(container);
+    Error::conflict(format!(
+        "container {container} is on slirp4netns (an older forage made it so on rootless Podman), a network of its \
+         own that no port forwarder can reach"
+    ))
+    .hint_run("{command} makes it again on Podman's bridge network, keeping its workspace", ["reset", name])
 }
 
-/// Why the forwarder did not start: a host port taken, said as such.
+/// Podman's answer to an address on a network another container holds.
+fn is_address_taken(e: &bollard::errors::Error) -> bool {
+    let text = e.to_string();
+    text.contains("requested ip address") && text.contains("is already allocated")
+}
+
+/// Why the forwarder was not made: a host port taken, said as such.
 fn start_failed(spec: &ForwarderSpec, e: bollard::errors::Error) -> Error {
     let text = e.to_string();
     let taken = spec.ports.iter().filter_map(|p| p.host).find(|h| text.contains(&format!(":{h}")));
@@ -182,36 +219,60 @@ fn start_failed(spec: &ForwarderSpec, e: bollard::errors::Error) -> Error {
             Error::conflict(format!("host port {h} (127.0.0.1:{h}) is taken by another program or sandbox"))
                 .hint("pick another HOSTPORT, or give only PORT and forage picks a free one")
         }
-        _ => Error::docker(format!("starting the port forwarder {}", spec.container), e),
+        _ => Error::docker(format!("making the port forwarder {}", spec.container), e),
     }
 }
 
+/// The ports the forwarder listens on, one per published port: random and
+/// distinct, from 20000 to 59999, made anew with every forwarder. Only the
+/// engine's published port knows them. The forwarder serves only the
+/// host's address, but Docker 20.10, for the moment it lifts its isolation
+/// between networks whenever any network is made, lets a container on its
+/// default bridge reach the forwarder masqueraded as that very address: a
+/// port it would have to guess too, in that moment.
+fn inside_ports(count: usize) -> Vec<u16> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut ports: Vec<u16> = Vec::with_capacity(count);
+    // A fresh RandomState is seeded from the OS's randomness.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    while ports.len() < count {
+        hasher.write_usize(ports.len());
+        let port = 20000 + (hasher.finish() % 40000) as u16;
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
 /// The forwarder's container: forage-ctl `port-forward`, as the user, with
-/// no capability, publishing each port on 127.0.0.1.
+/// no capability, publishing each port on 127.0.0.1 from its `inside` port.
 fn container_config(
     spec: &ForwarderSpec,
     image: &str,
     target: Ipv4Addr,
+    inside: &[u16],
     ulimits: Option<Vec<ResourcesUlimits>>,
 ) -> ContainerCreateBody {
     let key = |p: u16| format!("{p}/tcp");
     let bindings = spec
         .ports
         .iter()
-        .map(|p| {
+        .zip(inside)
+        .map(|(p, inside)| {
             let binding = PortBinding {
                 host_ip: Some("127.0.0.1".into()),
                 // Empty: the engine picks a free port, and no two
                 // sandboxes ever get the same one.
                 host_port: Some(p.host.map(|h| h.to_string()).unwrap_or_default()),
             };
-            (key(p.port), Some(vec![binding]))
+            (key(*inside), Some(vec![binding]))
         })
         .collect();
     let mut command = vec![spec.program.clone(), "port-forward".into()];
-    for p in &spec.ports {
+    for (p, inside) in spec.ports.iter().zip(inside) {
         command.push("--forward".into());
-        command.push(format!("{}={target}:{}", p.port, p.port));
+        command.push(format!("{inside}={target}:{}", p.port));
     }
     let host_config = HostConfig {
         network_mode: Some(spec.network.clone()),
@@ -244,8 +305,22 @@ fn container_config(
         cmd: Some(command),
         labels: Some(spec.labels.clone()),
         user: Some(format!("{}:{}", identity.uid, identity.gid)),
-        exposed_ports: Some(spec.ports.iter().map(|p| key(p.port)).collect()),
+        exposed_ports: Some(inside.iter().map(|p| key(*p)).collect()),
         host_config: Some(host_config),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn inside_ports_are_distinct_in_their_range_and_not_the_same_each_time() {
+        let ports = super::inside_ports(100);
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 100);
+        assert!(ports.iter().all(|p| (20000..60000).contains(p)), "{ports:?}");
+        assert_ne!(super::inside_ports(8), super::inside_ports(8));
     }
 }

@@ -207,13 +207,13 @@ impl<R: Runtime> Engine<R> {
         // On a restricted sandbox's own network, at an address of its own;
         // with `full`, on the default bridge, reaching the sandbox's address
         // there as it is now.
-        let (sandbox_network, address, target) = match &record.egress {
+        let (sandbox_network, addresses, target) = match &record.egress {
             Some(e) => {
                 let subnet = Subnet::parse(&e.subnet)
                     .ok_or_else(|| Error::other(format!("the record's subnet {:?} is not one", e.subnet)))?;
-                (e.network.clone(), Some(subnet.host(crate::egress::FORWARDER_HOST)), Some(e.sandbox_address))
+                (e.network.clone(), forwarder_addresses(&subnet), Some(e.sandbox_address))
             }
-            None => ("bridge".to_owned(), None, None),
+            None => ("bridge".to_owned(), Vec::new(), None),
         };
         let exe = std::env::current_exe().map_err(|e| Error::other(format!("finding forage-ctl's own binary: {e}")))?;
         let (Some(dir), Some(program)) = (exe.parent(), exe.file_name().and_then(|n| n.to_str())) else {
@@ -228,7 +228,7 @@ impl<R: Runtime> Engine<R> {
                 (LABEL_PORTS_SANDBOX.to_owned(), record.name.to_string()),
             ]),
             sandbox_network,
-            address,
+            addresses,
             target,
             sandbox_container: record.container.clone(),
             // The egress proxy's image: forage-ctl itself, built offline.
@@ -272,6 +272,13 @@ impl<R: Runtime> Engine<R> {
 
 /// What the sandbox publishes or will at its start, published ports pinned
 /// to the host port they have.
+/// The forwarder's addresses on a restricted sandbox's network, in order:
+/// `FORWARDER_HOST` and every one after it but the broadcast address.
+fn forwarder_addresses(subnet: &Subnet) -> Vec<std::net::Ipv4Addr> {
+    let hosts = (1u32 << (32 - u32::from(subnet.bits))) - 1;
+    (crate::egress::FORWARDER_HOST..hosts).map(|h| subnet.host(h)).collect()
+}
+
 fn asked(record: &Record) -> Vec<PortSpec> {
     let published = record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port });
     published.chain(record.unpublished.iter().copied()).collect()
@@ -284,5 +291,19 @@ fn network_of(record: &Record) -> Network {
         (Some(n), _) => *n,
         (None, Some(_)) => Network::Restricted,
         (None, None) => Network::Full,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forwarder_may_take_any_address_after_the_sandboxs_but_the_broadcast() {
+        let subnet = Subnet::parse("10.213.0.16/28").unwrap();
+        let addresses = forwarder_addresses(&subnet);
+        assert_eq!(addresses.first(), Some(&"10.213.0.20".parse().unwrap()));
+        assert_eq!(addresses.last(), Some(&"10.213.0.30".parse().unwrap()));
+        assert_eq!(addresses.len(), 11);
     }
 }
