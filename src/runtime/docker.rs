@@ -506,10 +506,14 @@ impl Runtime for Docker {
             ulimits: info.rlimits(),
             network_mode: Some(match (&spec.egress, spec.network) {
                 (Some(egress), _) => egress.network.clone(),
-                // On rootless Podman too (its default network, in its
-                // rootless network namespace, as a restricted sandbox's is):
-                // a port forwarder can join it. (slirp4netns, rootless
-                // Podman's own default, is a network of the container alone.)
+                // Rootless Podman: slirp4netns, its own default, a network of
+                // the container alone that needs none of Podman's rootless
+                // network namespace (which Podman 4.3 sometimes tears down
+                // under its containers when many come and go at once); but
+                // a sandbox that publishes ports goes on Podman's default
+                // bridge network in that namespace, where its port
+                // forwarder can join it (as a restricted sandbox's does).
+                (None, Network::Full) if info.rootless && !spec.publishes => "slirp4netns".into(),
                 (None, Network::Full) => "bridge".into(),
                 // Never `bridge` for want of the sandbox's network.
                 (None, Network::None | Network::Restricted) => "none".into(),

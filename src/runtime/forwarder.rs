@@ -192,16 +192,18 @@ impl Docker {
     }
 }
 
-/// A sandbox an older forage made on rootless Podman is on slirp4netns, a
-/// network of its container alone, which no forwarder can join; `reset`
-/// makes its container again on Podman's bridge network.
+/// A `full` sandbox made without published ports is on slirp4netns under
+/// rootless Podman (see `create`), a network of its container alone, which
+/// no forwarder can join.
 fn on_slirp4netns(container: &str) -> Error {
     let name = container.strip_prefix("forage-").unwrap_or(container);
     Error::conflict(format!(
-        "container {container} is on slirp4netns (an older forage made it so on rootless Podman), a network of its \
-         own that no port forwarder can reach"
+        "sandbox {name} was made without published ports, so rootless Podman runs it on slirp4netns, a network of \
+         its container alone that no port forwarder can reach"
     ))
-    .hint_run("{command} makes it again on Podman's bridge network, keeping its workspace", ["reset", name])
+    .hint(
+        "publish its ports when you make it (`up --publish PORT`): rootless Podman then puts it on its bridge network",
+    )
 }
 
 /// Podman's answer to an address on a network another container holds.

@@ -165,7 +165,18 @@ pub enum Created {
 pub async fn create_network(host: &str, network: &NewNetwork) -> Result<Created> {
     let body = serde_json::to_vec(network).expect("a network is JSON");
     let path = format!("/{VERSION}/libpod/networks/create");
-    match request(host, hyper::Method::POST, &path, body).await? {
+    let mut answer = request(host, hyper::Method::POST, &path, body.clone()).await?;
+    // Podman reads the host's interfaces to check the subnet is free, and
+    // fails when one goes away as it reads ("route ip+net: no such network
+    // interface": another engine's containers coming and going): asked again.
+    for _ in 0..5 {
+        if answer.0 == 200 || !shown(&answer.1).contains("no such network interface") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        answer = request(host, hyper::Method::POST, &path, body.clone()).await?;
+    }
+    match answer {
         (200 | 201, _) => Ok(Created::Made),
         (409, _) => Ok(Created::NameTaken),
         // "subnet … is already used on the host or by another config"

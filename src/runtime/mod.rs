@@ -126,6 +126,9 @@ pub struct ContainerSpec {
     /// For `network: restricted`: the sandbox's own network, its address on
     /// it and the proxy's (also its DNS server, which answers nothing).
     pub egress: Option<EgressAttachment>,
+    /// It publishes ports (or will): with `full` on rootless Podman it is
+    /// then put on a network its port forwarder can join.
+    pub publishes: bool,
     pub stop_signal: String,
     pub stop_timeout: u32,
 }

@@ -325,6 +325,7 @@ pub(crate) fn container_spec(
         pids: t.resources.pids,
         network: plan.network,
         egress: None,
+        publishes: !options.publish.is_empty(),
         stop_signal: t.stop_signal.as_str().to_owned(),
         stop_timeout: t.stop_timeout,
     }

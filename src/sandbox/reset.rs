@@ -41,7 +41,9 @@ impl<R: Runtime> Engine<R> {
             container_spec(name, template, options, &plan, &record.workspace, image.clone(), &self.home, self.identity);
         self.check_program(&spec)?;
         let spec = with_workspace_mounts(spec, &record.workspace, plan.read_only, &guard);
-        let spec = super::egress::attach(spec, &record);
+        let mut spec = super::egress::attach(spec, &record);
+        // Ports added since `up` count too.
+        spec.publishes |= !record.ports.is_empty() || !record.unpublished.is_empty();
         self.copy_secrets_of_older_record(&mut record).await?;
         record.pins = self.repin(&record, &spec.mounts)?;
         self.refuse_overlap(name, &super::pins::HostPath::of_mounts(&spec.mounts))?;

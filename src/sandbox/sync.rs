@@ -131,6 +131,7 @@ impl<R: Runtime> Engine<R> {
             pids: 1024,
             network: Network::None,
             egress: None,
+            publishes: false,
             stop_signal: "SIGTERM".into(),
             stop_timeout: 10,
         };

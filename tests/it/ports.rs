@@ -376,7 +376,8 @@ fn a_killed_restricted_up_with_ports_leaves_nothing_gc_force_cannot_clean() {
 /// keep it from the host; on rootful Podman, which cannot (its internal
 /// network has an address of the host's: the probe proves it), `up
 /// --network restricted` is refused before it makes anything. A full
-/// sandbox's ports answer on every engine.
+/// sandbox's ports asked for at `up` answer on every engine; one added
+/// later too, but on rootless Podman (see below).
 #[test]
 fn published_ports_answer_the_host_on_every_engine_and_restricted_is_refused_where_it_leaks() {
     let w = World::new();
@@ -413,6 +414,20 @@ fn published_ports_answer_the_host_on_every_engine_and_restricted_is_refused_whe
     env.ok(&["up", &f, "--workspace", &ws_f, "-t", "serve", "--network", "full", "--publish", "3000"]);
     assert!(answers(w.ports(&f)[&3000], "f"));
     names.push(f.clone());
+    // A full sandbox made without ports: rootless Podman runs it on
+    // slirp4netns, where a port added later is refused, saying so; every
+    // other engine publishes it.
+    let g = env.unique("pg");
+    env.ok(&["up", &g, "--workspace", &w.workspace("g"), "-t", "serve", "--network", "full"]);
+    names.push(g.clone());
+    if test_engine() == TestEngine::PodmanRootless {
+        let err = env.fails(&["port", &g, "add", "3000"], 4);
+        assert!(err.contains("slirp4netns") && err.contains("up --publish PORT"), "{err}");
+        assert_eq!(w.ports(&g), HashMap::new());
+    } else {
+        env.ok(&["port", &g, "add", "3000"]);
+        assert!(answers(w.ports(&g)[&3000], "g"));
+    }
     if !names.is_empty() {
         let mut down = vec!["down"];
         down.extend(names.iter().map(String::as_str));

@@ -73,6 +73,16 @@ pub fn assert_limits_dropped_warning(made: &Output) {
     assert!(stderr.contains("the Podman engine did not apply the sandbox's memory, CPU"), "{stderr}");
 }
 
+/// The network mode of a sandbox with the full network and no published
+/// ports: rootless Podman's is slirp4netns (forage's choice there:
+/// runtime/docker.rs), every other engine's the default bridge.
+pub fn full_network_mode() -> &'static str {
+    match test_engine() {
+        TestEngine::PodmanRootless => "slirp4netns",
+        TestEngine::Docker | TestEngine::PodmanRootful => "bridge",
+    }
+}
+
 /// The socket every forage-ctl and bollard call of this run goes to, when it
 /// is not Docker's default.
 pub fn test_engine_host() -> Option<String> {

@@ -366,7 +366,7 @@ fn limits_network_and_read_only_policies_reach_the_container() {
     } else {
         assert_limits_dropped_warning(&out);
     }
-    assert_eq!(hc.network_mode.as_deref(), Some("bridge"));
+    assert_eq!(hc.network_mode.as_deref(), Some(full_network_mode()));
     assert_eq!(env.ok(&["exec", "loose", "--", "sh", "-c", "echo $GREETING"]), "hi there\n");
     env.ok(&["down", "loose"]);
 
