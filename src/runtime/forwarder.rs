@@ -53,25 +53,31 @@ impl Docker {
         };
         let image = self.ensure_image(&spec.image, progress).await?;
         let inside = inside_ports(spec.ports.len());
-        let addresses: Vec<Option<Ipv4Addr>> = match spec.addresses.as_slice() {
-            [] => vec![None],
-            some => some.iter().copied().map(Some).collect(),
-        };
-        for (i, address) in addresses.iter().enumerate() {
+        let mut addresses = spec.addresses.iter().copied();
+        let mut address = addresses.next();
+        let mut races = 0;
+        loop {
             self.docker_remove_forwarder_container(&spec.container).await?;
-            match self.make_forwarder(spec, &image.reference, &sandbox_network, *address, target, &inside).await? {
-                Ok(()) => return self.published(&spec.container, &spec.ports, &inside).await,
-                // Podman 4.3 keeps the address of a forwarder whose start
-                // failed (a host port taken) allocated on the network after
-                // its removal, until the network goes: the next address.
-                Err(e) if i + 1 < addresses.len() && is_address_taken(&e) => {
-                    tracing::debug!("forwarder address {address:?} is held on {sandbox_network}: {e}");
+            let e =
+                match self.make_forwarder(spec, &image.reference, &sandbox_network, address, target, &inside).await? {
+                    Ok(()) => return self.published(&spec.container, &spec.ports, &inside).await,
+                    Err(e) => e,
+                };
+            let raced = is_host_port_race(spec, &e) && races < 5;
+            races += usize::from(raced);
+            // Podman 4.3 keeps the address of a forwarder whose start failed
+            // allocated on the network after its removal, until the network
+            // goes: the next address, after an address held or a race.
+            let move_on = address.is_some() && (raced || is_address_taken(&e));
+            match (raced || move_on, move_on.then(|| addresses.next())) {
+                (true, None) => tracing::debug!("making the forwarder again: {e}"),
+                (true, Some(Some(next))) => {
+                    tracing::debug!("the forwarder was not made at {address:?} on {sandbox_network}: {e}");
+                    address = Some(next);
                 }
-                Err(e) => return Err(start_failed(spec, e)),
+                _ => return Err(start_failed(spec, e)),
             }
         }
-        // (The last address's answer is returned above, whatever it is.)
-        Err(Error::other(format!("no address on network {sandbox_network} for the port forwarder")))
     }
 
     /// Creates and starts the forwarder at `address` on the sandbox's
@@ -204,6 +210,15 @@ fn on_slirp4netns(container: &str) -> Error {
     .hint(
         "publish its ports when you make it (`up --publish PORT`): rootless Podman then puts it on its bridge network",
     )
+}
+
+/// A host port the engine picked itself (none was asked for) taken by the
+/// time it bound it: another forwarder's, made at the same moment (rootless
+/// Podman's `rootlessport` picks and binds apart). Asked again.
+fn is_host_port_race(spec: &ForwarderSpec, e: &bollard::errors::Error) -> bool {
+    let text = e.to_string();
+    let asked = spec.ports.iter().filter_map(|p| p.host).any(|h| text.contains(&format!(":{h}")));
+    !asked && (text.contains("address already in use") || text.contains("port is already allocated"))
 }
 
 /// Podman's answer to an address on a network another container holds.
