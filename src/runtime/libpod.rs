@@ -47,6 +47,8 @@ pub struct Network {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct NetworkSubnet {
     pub subnet: String,
+    #[serde(default)]
+    pub gateway: Option<String>,
 }
 
 /// The networks matching `filters` (Docker's filter keys: `name`, `label`).
@@ -63,11 +65,16 @@ pub async fn networks(host: &str, filters: &HashMap<String, Vec<String>>) -> Res
 
 /// Whether Podman has a network of that name.
 pub async fn network_exists(host: &str, name: &str) -> Result<bool> {
-    let path = format!("/{VERSION}/libpod/networks/{}/exists", percent_encoded(name));
+    exists(host, "network", name).await
+}
+
+/// Whether Podman has a `kind` (`network`, `container`) of that name.
+async fn exists(host: &str, kind: &str, name: &str) -> Result<bool> {
+    let path = format!("/{VERSION}/libpod/{kind}s/{}/exists", percent_encoded(name));
     match get(host, &path).await? {
         (204, _) => Ok(true),
         (404, _) => Ok(false),
-        (status, body) => Err(refused(&format!("looking for network {name}"), status, &body)),
+        (status, body) => Err(refused(&format!("looking for {kind} {name}"), status, &body)),
     }
 }
 
@@ -123,12 +130,7 @@ pub async fn containers(host: &str, filters: &HashMap<String, Vec<String>>) -> R
 /// its inspect 500 "network inspection mismatch" once a network's setup or
 /// teardown failed half way).
 pub async fn container_exists(host: &str, name: &str) -> Result<bool> {
-    let path = format!("/{VERSION}/libpod/containers/{}/exists", percent_encoded(name));
-    match get(host, &path).await? {
-        (204, _) => Ok(true),
-        (404, _) => Ok(false),
-        (status, body) => Err(refused(&format!("looking for container {name}"), status, &body)),
-    }
+    exists(host, "container", name).await
 }
 
 /// A network for Podman to make (libpod's `POST /networks/create`).

@@ -160,8 +160,7 @@ fn published_ports_are_on_loopback_only_and_change_without_recreating_the_sandbo
         }
     }
     // Its own network is carved from forage's range, not Docker's pools.
-    let network = block_on(docker().inspect_network(&format!("forage-{a}-Ports"), None)).unwrap();
-    let subnet = network.ipam.and_then(|i| i.config).and_then(|c| c.first()?.subnet.clone()).unwrap_or_default();
+    let (subnet, _) = engine_network_subnet(&format!("forage-{a}-Ports"));
     assert!(subnet.starts_with("10.215.") && subnet.ends_with("/29"), "{subnet}");
     let forwarder = inspect(&format!("forage-{a}-Ports")).unwrap();
     let bindings = forwarder.host_config.and_then(|h| h.port_bindings).unwrap();
@@ -442,25 +441,10 @@ fn published_ports_answer_the_host_on_every_engine_and_restricted_is_refused_whe
 /// route out, Docker's `inhibit_ipv4`), says whether its gateway address is
 /// one of the host's own, and removes it.
 fn host_has_address_on_an_internal_network(name: &str, image: &str) -> bool {
-    use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
     // Outside every range forage picks subnets from (10.213-10.215/16), so
     // that no concurrent test's network holds it.
     let (subnet, gateway) = ("10.219.250.0/29", Ipv4Addr::new(10, 219, 250, 1));
-    let request = NetworkCreateRequest {
-        name: name.to_owned(),
-        internal: Some(true),
-        ipam: Some(Ipam {
-            config: Some(vec![IpamConfig {
-                subnet: Some(subnet.into()),
-                gateway: Some(gateway.to_string()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        options: Some(HashMap::from([("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned())])),
-        ..Default::default()
-    };
-    block_on(docker().create_network(request)).unwrap();
+    create_internal_network_the_compat_way(name, subnet, gateway);
     // Podman makes the bridge when a container first joins; a container
     // that never starts is enough for Docker, which makes it at once.
     // Rootful Podman's own open-file and process limits fail a start here,

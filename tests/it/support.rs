@@ -138,6 +138,25 @@ pub fn networks_labelled(label: &str) -> Vec<String> {
     engine_networks(HashMap::from([("label".to_owned(), vec![label.to_owned()])]))
 }
 
+/// Network `name`'s first subnet and its gateway, as the engine has them
+/// (Podman's read through its own API, as `engine_networks`).
+pub fn engine_network_subnet(name: &str) -> (String, Option<String>) {
+    match test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
+        Some(host) => {
+            let filters = HashMap::from([("name".to_owned(), vec![format!("^{name}$")])]);
+            let found = block_on(forage::runtime::libpod::networks(&host, &filters)).unwrap();
+            let subnet = found.iter().flat_map(|n| n.subnets.iter().flatten()).next().cloned();
+            let subnet = subnet.unwrap_or_else(|| panic!("network {name} has no subnet: {found:?}"));
+            (subnet.subnet, subnet.gateway)
+        }
+        None => {
+            let network = block_on(docker().inspect_network(name, None)).unwrap();
+            let config = network.ipam.and_then(|i| i.config).and_then(|c| c.into_iter().next()).unwrap_or_default();
+            (config.subnet.unwrap_or_default(), config.gateway)
+        }
+    }
+}
+
 /// Whether the engine has a network of that name (as `engine_networks` reads it).
 pub fn engine_network_exists(name: &str) -> bool {
     match test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
@@ -148,6 +167,28 @@ pub fn engine_network_exists(name: &str) -> bool {
             Err(e) => panic!("inspecting network {name}: {e}"),
         },
     }
+}
+
+/// Makes network `name` as forage made a restricted sandbox's through the
+/// compat API (internal, Docker's `inhibit_ipv4`) on `subnet` (a /29 with
+/// its gateway first): the tests' probes of what an engine does with one.
+pub fn create_internal_network_the_compat_way(name: &str, subnet: &str, gateway: std::net::Ipv4Addr) {
+    use bollard::models::{Ipam, IpamConfig, NetworkCreateRequest};
+    let request = NetworkCreateRequest {
+        name: name.to_owned(),
+        internal: Some(true),
+        ipam: Some(Ipam {
+            config: Some(vec![IpamConfig {
+                subnet: Some(subnet.into()),
+                gateway: Some(gateway.to_string()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        options: Some(HashMap::from([("com.docker.network.bridge.inhibit_ipv4".to_owned(), "true".to_owned())])),
+        ..Default::default()
+    };
+    block_on(docker().create_network(request)).unwrap();
 }
 
 /// The containers matching `filters` (Docker's keys: `label`, `network`),
