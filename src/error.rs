@@ -6,8 +6,36 @@
 //! and a server as an action of its own.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde::Serialize;
+
+/// The engine this process speaks to, as an error names it, and how to start
+/// it again: set once, when it first answers (a process speaks to one engine).
+/// Until then, and for Docker, it is Docker's.
+static ENGINE_WORDS: OnceLock<EngineWords> = OnceLock::new();
+
+struct EngineWords {
+    name: &'static str,
+    start: String,
+}
+
+/// Names the engine that answered (`Podman` with how to start its service),
+/// for the errors of a connection to it that breaks later.
+pub fn name_the_engine(podman_start: Option<String>) {
+    let words = match podman_start {
+        Some(start) => EngineWords { name: "the Podman service", start },
+        None => EngineWords { name: "the Docker engine", start: "check that dockerd is running".into() },
+    };
+    let _ = ENGINE_WORDS.set(words);
+}
+
+fn engine_words() -> (&'static str, &'static str) {
+    match ENGINE_WORDS.get() {
+        Some(w) => (w.name, &w.start),
+        None => ("the Docker engine", "check that dockerd is running"),
+    }
+}
 
 /// The class of a failure; each has one documented exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -169,8 +197,8 @@ impl Error {
             | B::IOError { .. }
             | B::RequestTimeoutError
             | B::SocketNotFoundError(_) => {
-                Error::engine(format!("{context}: the Docker engine stopped answering ({err})"))
-                    .hint("check that dockerd is running")
+                let (engine, start) = engine_words();
+                Error::engine(format!("{context}: {engine} stopped answering ({err})")).hint(start)
             }
             B::DockerResponseServerError { status_code, message } => {
                 Error::other(format!("{context}: Docker engine said ({status_code}): {message}"))

@@ -104,6 +104,12 @@ impl Docker {
                     match connect(host).await {
                         Ok(connected) => {
                             tracing::info!("engine: {}", connected.1.describe());
+                            crate::error::name_the_engine(connected.1.podman.then(|| {
+                                super::engine_choice::socket_path(host).map_or_else(
+                                    || "check that the Podman service is running".to_owned(),
+                                    super::unreachable::podman_start,
+                                )
+                            }));
                             return Ok(connected);
                         }
                         Err(e) => {
@@ -139,13 +145,23 @@ impl Docker {
     /// Podman's compat API takes a file path (4.3 opens the value as a file),
     /// so for Podman the profile is written to a file it can read.
     /// Creates the container `name` from `config`: a name taken is a
-    /// conflict; Podman's keep-id hiccup is tried again, a few times.
-    pub(super) async fn create_container(&self, name: &str, config: ContainerCreateBody, podman: bool) -> Result<()> {
+    /// conflict; Podman's keep-id hiccup is tried again, a few times. On
+    /// rootless Podman one create runs at a time (see `create_lock`).
+    pub(super) async fn create_container(
+        &self,
+        name: &str,
+        config: ContainerCreateBody,
+        info: &EngineInfo,
+    ) -> Result<()> {
         let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };
         let api = self.api().await?;
+        let podman = info.podman;
         let mut hiccups = 0;
         loop {
-            match api.create_container(Some(options.clone()), config.clone()).await {
+            let lock = super::create_lock::for_create(info).await;
+            let created = api.create_container(Some(options.clone()), config.clone()).await;
+            drop(lock);
+            match created {
                 Ok(_) => return Ok(()),
                 Err(e) if is_docker_conflict(&e) => {
                     return Err(Error::conflict(format!(
@@ -540,7 +556,7 @@ impl Runtime for Docker {
             networking_config,
             ..Default::default()
         };
-        self.create_container(&spec.name, config, info.podman).await?;
+        self.create_container(&spec.name, config, &info).await?;
         if info.podman {
             self.warn_if_limits_dropped(spec).await;
         }

@@ -351,7 +351,7 @@ impl Docker {
             host_config: Some(host_config),
             ..Default::default()
         };
-        self.create_container(&spec.container, config, info.podman).await?;
+        self.create_container(&spec.container, config, &info).await?;
         api.start_container(&spec.container, None)
             .await
             .map_err(|e| Error::docker(format!("starting the egress proxy {}", spec.container), e))?;

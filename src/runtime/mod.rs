@@ -3,6 +3,7 @@
 //! Engine API (`docker.rs`), plus the offline image builder (`image.rs`).
 
 mod build_needs;
+mod create_lock;
 pub mod docker;
 pub mod dockerfile;
 pub mod egress;
