@@ -1,7 +1,8 @@
-//! The Docker engine stopping, crashing and coming back under forage: `list`,
+//! The engine stopping, crashing and coming back under forage: `list`,
 //! `status` and `down` tell the truth throughout, and nothing is lost or left.
-//! Each test runs its own engine (private_engine.rs), so stopping it cannot
-//! disturb the tests that share the machine's engine.
+//! Each test runs its own engine (private_engine.rs: a dockerd, or a Podman
+//! service, as the run is aimed at), so stopping it cannot disturb the tests
+//! that share the machine's engine.
 
 use std::path::Path;
 
@@ -13,13 +14,13 @@ use crate::private_engine::PrivateEngine;
 use crate::support::*;
 
 /// While the engine is down, every command that needs it fails with exit 5 and a
-/// message naming the engine's address, and changes nothing.
+/// message naming the engine's address and how to start it, and changes nothing.
 fn assert_engine_down_refused(env: &Env, engine: &PrivateEngine, commands: &[&[&str]]) {
     let files = env.home_files();
     for args in commands {
         let err = env.fails(args, 5);
         assert!(
-            err.contains(engine.host().trim_start_matches("unix://")) && err.contains("dockerd"),
+            err.contains(engine.host().trim_start_matches("unix://")) && err.contains(engine.start_advice()),
             "{args:?}: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
@@ -63,19 +64,23 @@ fn engine_restart_under_a_sandbox_list_status_and_down_stay_truthful_and_lose_no
     assert!(ws.join("loose.txt").exists());
 
     engine.restart();
-    // The engine stopped the container on its way down; forage reports what is.
+    // dockerd stopped the container on its way down; Podman's service left it
+    // running. forage reports what is.
+    let state = if engine.is_podman() { "running" } else { "exited" };
     let list = env.json(&["list", "--json"]);
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
-    assert_eq!(list[0]["status"], "exited", "{list}");
+    assert_eq!(list[0]["status"], state, "{list}");
     let status = env.json(&["status", &name, "--json"]);
-    assert_eq!(status["status"], "exited", "{status}");
-    assert_eq!(status["container"]["state"], "exited", "{status}");
+    assert_eq!(status["status"], state, "{status}");
+    assert_eq!(status["container"]["state"], state, "{status}");
     let text = env.ok(&["status", &name]);
-    assert!(text.contains("status:     exited") && text.contains("1 commit ahead"), "{text}");
+    assert!(text.contains(&format!("status:     {state}")) && text.contains("1 commit ahead"), "{text}");
     assert_eq!(env.json(&["gc", "--json"]), serde_json::json!([]), "a stopped sandbox is whole, not garbage");
 
     // It is still a working sandbox, and `down` keeps every byte of the work.
-    env.ok(&["start", &name]);
+    if !engine.is_podman() {
+        env.ok(&["start", &name]);
+    }
     assert_eq!(env.ok(&["exec", &name, "--", "cat", "/workspace/loose.txt"]), "also kept\n");
     env.ok(&["down", &name]);
     let archives = archive_refs(&repo);
@@ -109,7 +114,11 @@ fn engine_crash_in_the_middle_of_up_leaves_a_broken_sandbox_that_down_finishes()
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     assert!(
         err.contains("interrupted; rolling back failed")
-            && err.contains("the Docker engine stopped answering")
+            && err.contains(if engine.is_podman() {
+                "the Podman service stopped answering"
+            } else {
+                "the Docker engine stopped answering"
+            })
             && err.contains(&format!("`forage-ctl down {name}` finishes the cleanup")),
         "{err}"
     );

@@ -1,45 +1,76 @@
-//! A Docker engine of a test's own: a second dockerd on its own socket, data root
-//! and containerd, so a test can stop, crash and restart "the engine" without
-//! touching the shared one every other test is using.
+//! An engine of a test's own, of the kind the run is aimed at
+//! (FORAGE_TEST_ENGINE), so a test can stop, crash and restart "the engine"
+//! without touching the shared one every other test is using.
 //!
-//! It needs root and the `dockerd` binary (both true on CI, which fails the test
+//! Docker: a second dockerd on its own socket, data root and containerd. It
+//! needs root and the `dockerd` binary (both true on CI, which fails the test
 //! rather than skipping it when they are not). The daemon runs in a network
-//! namespace of its own with no bridge and no iptables rules, so sandboxes on it use
-//! `--network none`; it starts with no images, and forage builds its offline image
-//! there itself.
+//! namespace of its own with no bridge and no iptables rules.
+//!
+//! Podman: a second `podman system service`, as the user running the tests
+//! (rootless for the rootless pass), on its own socket, storage, run and
+//! temporary directories. Podman's containers outlive its service (each has
+//! its own `conmon`), so stopping or killing the service leaves them running,
+//! where dockerd's go with it.
+//!
+//! Sandboxes on either use `--network none`; each starts with no images, and
+//! forage builds its offline image there itself.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{block_on, connect};
+use crate::support::{block_on, connect, test_engine, TestEngine};
 
 pub struct PrivateEngine {
     dir: tempfile::TempDir,
+    podman: bool,
+    /// dockerd, or the Podman service.
     dockerd: Option<Child>,
 }
 
 impl PrivateEngine {
     /// Starts a fresh engine and waits until it answers.
     pub fn start() -> Self {
+        let podman = test_engine() != TestEngine::Docker;
         assert!(
-            nix::unistd::geteuid().is_root(),
+            podman || nix::unistd::geteuid().is_root(),
             "a private Docker engine needs root; run the tests as root (CI does)"
         );
         // Short: the socket's path must fit in a sockaddr_un (108 bytes).
-        let dir = tempfile::Builder::new().prefix("forage-engine-").tempdir_in("/tmp").unwrap();
+        let base = if podman { std::env::temp_dir() } else { PathBuf::from("/tmp") };
+        let dir = tempfile::Builder::new().prefix("forage-engine-").tempdir_in(base).unwrap();
         // An empty config, so /etc/docker/daemon.json (the shared engine's data root
         // and storage driver) is not read.
         std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
-        let mut engine = PrivateEngine { dir, dockerd: None };
+        if podman {
+            // forage (and its messages) know a Podman socket by this path's end.
+            std::fs::create_dir(dir.path().join("podman")).unwrap();
+        }
+        let mut engine = PrivateEngine { dir, podman, dockerd: None };
         engine.restart();
         engine
     }
 
     /// The value for DOCKER_HOST.
     pub fn host(&self) -> String {
-        format!("unix://{}", self.path("docker.sock").display())
+        let socket = if self.podman { "podman/podman.sock" } else { "docker.sock" };
+        format!("unix://{}", self.path(socket).display())
+    }
+
+    /// Whether this is a Podman service, whose containers outlive it.
+    pub fn is_podman(&self) -> bool {
+        self.podman
+    }
+
+    /// What a refusal for want of this engine tells the user to start.
+    pub fn start_advice(&self) -> &'static str {
+        if self.podman {
+            "podman system service"
+        } else {
+            "dockerd"
+        }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -56,6 +87,51 @@ impl PrivateEngine {
     fn try_restart(&mut self) -> Result<(), String> {
         assert!(self.dockerd.is_none(), "the private engine is already running");
         let log = std::fs::File::options().create(true).append(true).open(self.path("dockerd.log")).unwrap();
+        let child = if self.podman { self.spawn_podman(log)? } else { self.spawn_dockerd(log)? };
+        self.dockerd = Some(child);
+        let host = self.host();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while connect(Some(&host)).is_err() {
+            if let Some(status) = self.dockerd.as_mut().unwrap().try_wait().unwrap() {
+                self.dockerd = None;
+                return Err(format!("the private engine exited ({status}) while starting:\n{}", self.log_tail()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the private engine did not answer in 60 s:\n{}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// The global options that keep a Podman command on this engine's own
+    /// storage and state, apart from the shared service's.
+    fn podman_globals(&self) -> Vec<String> {
+        let at = |rel: &str| self.path(rel).display().to_string();
+        vec![
+            "--root".into(),
+            at("storage"),
+            "--runroot".into(),
+            at("run"),
+            "--tmpdir".into(),
+            at("tmp"),
+            "--storage-driver".into(),
+            "vfs".into(),
+        ]
+    }
+
+    fn spawn_podman(&self, log: std::fs::File) -> Result<Child, String> {
+        Command::new("podman")
+            .args(self.podman_globals())
+            .args(["system", "service", "--time=0", &self.host()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting podman system service: {e}; the engine tests on Podman need podman"))
+    }
+
+    fn spawn_dockerd(&self, log: std::fs::File) -> Result<Child, String> {
         let cgroup_parent = format!("/{}", self.dir.path().file_name().unwrap().to_string_lossy());
         let mut command = Command::new(dockerd_binary());
         command
@@ -81,35 +157,27 @@ impl PrivateEngine {
             command
                 .pre_exec(|| nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
         }
-        let child = command.spawn().map_err(|e| {
+        command.spawn().map_err(|e| {
             format!("starting {}: {e}; the engine tests need Docker Engine's dockerd", dockerd_binary().display())
-        })?;
-        self.dockerd = Some(child);
-        let host = self.host();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while connect(Some(&host)).is_err() {
-            if let Some(status) = self.dockerd.as_mut().unwrap().try_wait().unwrap() {
-                self.dockerd = None;
-                return Err(format!("the private dockerd exited ({status}) while starting:\n{}", self.log_tail()));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("the private dockerd did not answer in 60 s:\n{}", self.log_tail()));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(())
+        })
     }
 
-    /// Stops dockerd the way a service manager does (SIGTERM, then it stops its
-    /// containers and exits), and waits until it has.
+    /// Stops the engine the way a service manager does (SIGTERM: dockerd
+    /// stops its containers and exits; Podman's service exits, leaving them
+    /// running), and waits until it has.
     pub fn stop(&mut self) {
         self.end(nix::sys::signal::Signal::SIGTERM).unwrap();
     }
 
-    /// Kills dockerd outright, as a crash or the OOM killer would, and waits for
-    /// its containerd to notice and exit (a second or so), as a service manager's
-    /// restart delay would: a new dockerd cannot start its containerd before then.
+    /// Kills the engine outright, as a crash or the OOM killer would. For
+    /// dockerd, waits for its containerd to notice and exit (a second or so),
+    /// as a service manager's restart delay would: a new dockerd cannot start
+    /// its containerd before then.
     pub fn crash(&mut self) {
+        if self.podman {
+            self.end(nix::sys::signal::Signal::SIGKILL).unwrap();
+            return;
+        }
         let containerd = std::fs::read_to_string(self.path("exec/containerd/containerd.pid")).unwrap();
         let containerd = nix::unistd::Pid::from_raw(containerd.trim().parse().unwrap());
         self.end(nix::sys::signal::Signal::SIGKILL).unwrap();
@@ -128,7 +196,7 @@ impl PrivateEngine {
         let deadline = Instant::now() + Duration::from_secs(60);
         while child.try_wait().map_err(|e| e.to_string())?.is_none() {
             if Instant::now() > deadline {
-                return Err(format!("the private dockerd did not exit in 60 s:\n{}", self.log_tail()));
+                return Err(format!("the private engine did not exit in 60 s:\n{}", self.log_tail()));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -162,6 +230,19 @@ impl Drop for PrivateEngine {
             }
         }
         let _ = self.end(nix::sys::signal::Signal::SIGTERM);
+        if self.podman && !nix::unistd::geteuid().is_root() {
+            // Its storage holds files of the user namespace's other ids, which
+            // only its root may delete.
+            let _ = Command::new("podman")
+                .args(self.podman_globals())
+                .args(["unshare", "rm", "-rf"])
+                .args([self.path("storage"), self.path("run"), self.path("tmp")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            return;
+        }
         // dockerd bind-mounts its data root onto itself and leaves it mounted.
         let _ = nix::mount::umount2(&self.path("data"), nix::mount::MntFlags::MNT_DETACH);
     }
