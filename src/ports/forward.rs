@@ -15,7 +15,11 @@
 //! restricted sandbox's) has no default route.
 //! Rootless Podman's (`rootlessport`) connects from inside the forwarder's
 //! own network namespace, so from one of the forwarder's own addresses (any
-//! of its networks'): that is the host's too. No other container can send
+//! of its networks'): that is the host's too, and there only that is
+//! admitted (`Host::OwnAddresses`): a gateway there is an address of Podman's
+//! network namespace, and a container on Podman's default network (a `full`
+//! sandbox that publishes ports) reaches the forwarder's own network
+//! through it, masqueraded as the gateway. No other container can send
 //! from either: the kernel drops a packet that arrives with one of its own
 //! addresses as source, and a sandbox has no address on the forwarder's
 //! network or the gateway's. Anything else that reaches a listener — another
@@ -52,9 +56,24 @@ impl std::fmt::Display for Forward {
     }
 }
 
+/// Where the host's connections come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// The gateway of a default route, or one of the forwarder's own
+    /// addresses (Docker, rootful Podman).
+    GatewaysAndOwnAddresses,
+    /// One of the forwarder's own addresses only (rootless Podman, whose
+    /// gateways are no address of the host's, and where a container on
+    /// Podman's default network reaches the forwarder masqueraded as one).
+    OwnAddresses,
+}
+
 /// Serves every forward to the host until one listener fails.
-pub async fn serve(forwards: Vec<Forward>) -> std::io::Result<()> {
-    serve_admitting(forwards, from_the_host).await
+pub async fn serve(forwards: Vec<Forward>, host: Host) -> std::io::Result<()> {
+    match host {
+        Host::GatewaysAndOwnAddresses => serve_admitting(forwards, from_the_host).await,
+        Host::OwnAddresses => serve_admitting(forwards, is_own_address).await,
+    }
 }
 
 /// Who a connection is from decides whether it is served: `admit(peer)`.
@@ -150,10 +169,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_not_from_the_host_is_closed_unanswered() {
+        for host in [Host::GatewaysAndOwnAddresses, Host::OwnAddresses] {
+            a_connection_from_loopback_is_closed_unanswered(host).await;
+        }
+    }
+
+    async fn a_connection_from_loopback_is_closed_unanswered(host: Host) {
         let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let to = backend.local_addr().unwrap();
         let listen = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
-        tokio::spawn(serve(vec![Forward { listen, to }]));
+        tokio::spawn(serve(vec![Forward { listen, to }], host));
         let mut client = loop {
             match TcpStream::connect(("127.0.0.1", listen)).await {
                 Ok(c) => break c,

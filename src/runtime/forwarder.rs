@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 
 use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkingConfig,
-    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
+    PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
 
@@ -92,7 +92,7 @@ impl Docker {
         inside: &[u16],
     ) -> Result<std::result::Result<(), bollard::errors::Error>> {
         let (info, api) = (self.info().await?, self.api().await?);
-        let mut config = container_config(spec, image, target, inside, info.rlimits());
+        let mut config = container_config(spec, image, target, inside, &info);
         let on_sandbox_network = EndpointSettings {
             ipam_config: address
                 .map(|a| EndpointIpamConfig { ipv4_address: Some(a.to_string()), ..Default::default() }),
@@ -269,8 +269,9 @@ fn container_config(
     image: &str,
     target: Ipv4Addr,
     inside: &[u16],
-    ulimits: Option<Vec<ResourcesUlimits>>,
+    engine: &super::engine_choice::EngineInfo,
 ) -> ContainerCreateBody {
+    let ulimits = engine.rlimits();
     let key = |p: u16| format!("{p}/tcp");
     let bindings = spec
         .ports
@@ -287,6 +288,14 @@ fn container_config(
         })
         .collect();
     let mut command = vec![spec.program.clone(), "port-forward".into()];
+    // Rootless Podman's published port connects from inside the forwarder
+    // (rootlessport), never from a gateway; and there a container on
+    // Podman's default network reaches the forwarder's own network through
+    // the gateway, masqueraded as it (netavark isolates only networks that
+    // both ask for it, and the default one does not).
+    if engine.rootless {
+        command.push("--only-own-addresses".into());
+    }
     for (p, inside) in spec.ports.iter().zip(inside) {
         command.push("--forward".into());
         command.push(format!("{inside}={target}:{}", p.port));
