@@ -42,6 +42,9 @@ pub struct Network {
     pub labels: Option<HashMap<String, String>>,
     #[serde(default)]
     pub subnets: Option<Vec<NetworkSubnet>>,
+    /// The bridge's interface on the host (rootless: in Podman's network namespace).
+    #[serde(default)]
+    pub network_interface: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

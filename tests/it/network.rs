@@ -518,21 +518,70 @@ fn netprobe(w: &World) -> std::path::PathBuf {
     probe
 }
 
-/// Runs the probe on the host (as the test's user, root in CI).
+/// A command on the host's side of the engine's networks, with the powers
+/// of their owner: on the host itself (Docker, rootful Podman; as the test's
+/// user, root in CI), or, for rootless Podman, in the network namespace it
+/// keeps its bridges in, as root there (`podman unshare --rootless-netns`).
+fn network_side(program: &std::path::Path) -> Command {
+    match test_engine() {
+        TestEngine::PodmanRootless => {
+            let mut command = Command::new("podman");
+            command.args(["unshare", "--rootless-netns"]).arg(program);
+            command
+        }
+        TestEngine::Docker | TestEngine::PodmanRootful => Command::new(program),
+    }
+}
+
+/// Runs the probe on the host's side of the engine's networks.
 fn on_host(probe: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(probe).args(args).output().unwrap();
+    let out = network_side(probe).args(args).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The host's IPv6 addresses but loopback and the link-local ones of
-/// interfaces other than `bridge` (other tests' bridges come and go):
-/// (address, interface).
+/// The IPv6 addresses on the host's side of the engine's networks but
+/// loopback and the link-local ones of interfaces other than `bridge` (other
+/// tests' bridges come and go): (address, interface). As the kernel lists
+/// them there (`/proc/net/if_inet6`: address in hex, index, prefix, scope,
+/// flags, interface).
 fn host_v6(bridge: &str) -> Vec<(std::net::Ipv6Addr, String)> {
-    nix::ifaddrs::getifaddrs()
-        .unwrap()
-        .filter_map(|i| Some((i.address?.as_sockaddr_in6()?.ip(), i.interface_name)))
+    let out = network_side(std::path::Path::new("cat")).arg("/proc/net/if_inet6").output().unwrap();
+    assert!(out.status.success(), "reading the IPv6 addresses: {}", describe(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let hex = u128::from_str_radix(fields.first()?, 16).ok()?;
+            Some((std::net::Ipv6Addr::from(hex), fields.last()?.to_string()))
+        })
         .filter(|(ip, interface)| !ip.is_loopback() && (!ip.is_unicast_link_local() || interface == bridge))
         .collect()
+}
+
+/// A TCP socket on `[::]` on the host's side of the engine's networks
+/// (netprobe's `listen6`), taking connections until dropped.
+struct V6Listener {
+    child: std::process::Child,
+    port: String,
+}
+
+impl V6Listener {
+    fn start(probe: &std::path::Path) -> Self {
+        use std::io::BufRead;
+        let mut child =
+            network_side(probe).args(["listen6", "600"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let port = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("listen6 said {line:?}"));
+        V6Listener { port: port.to_owned(), child }
+    }
+}
+
+impl Drop for V6Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[test]
@@ -555,14 +604,20 @@ fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
         let out = on_host(&probe, &["ping", ip]);
         assert!(out.contains(": reply"), "the host cannot ping {ip}: {out}");
     }
-    // Inside, neither opens; the unprivileged ping socket the engine allows
+    // Inside, neither opens; the unprivileged ping socket Docker allows
     // reaches the proxy on the sandbox's own network, and nothing beyond it.
+    // (Podman allows ping sockets to group 0 only, `ping_group_range=0 0`,
+    // which the agent is not in: there no ping leaves at all.)
     let (_, inside) = w.sh(&name, "/workspace/netprobe raw");
     assert!(inside.contains("raw-icmp: Operation not permitted"), "{inside}");
     assert!(inside.contains("packet: Operation not permitted"), "{inside}");
     let (_, out) = w.sh(&name, &format!("/workspace/netprobe ping {proxy_inside}"));
-    assert!(out.contains("reply") && !out.contains("no reply"), "the sandbox cannot ping its proxy: {out}");
-    for ip in [&server, &proxy_outside, &gateway(&outside).to_string(), &gateway("bridge").to_string()] {
+    if test_engine() == TestEngine::Docker {
+        assert!(out.contains("reply") && !out.contains("no reply"), "the sandbox cannot ping its proxy: {out}");
+    } else {
+        assert!(out.contains("socket: Operation not permitted"), "the sandbox opened a ping socket: {out}");
+    }
+    for ip in [&server, &proxy_outside, &gateway(&outside).to_string(), &gateway(default_network()).to_string()] {
         let (_, out) = w.sh(&name, &format!("/workspace/netprobe ping {ip}"));
         assert!(!out.contains(": reply"), "the sandbox pinged {ip}: {out}");
     }
@@ -570,8 +625,8 @@ fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
     // IPv6: a host socket on `::`, reached from the host at each of its own
     // addresses (the sandbox network's bridge's link-local one included);
     // the sandbox has no IPv6 address, not even ::1, and reaches none.
-    let listener = TcpListener::bind("[::]:0").unwrap();
-    let port = listener.local_addr().unwrap().port().to_string();
+    let listener = V6Listener::start(&probe);
+    let port = listener.port.clone();
     let bridge = bridge_of(&str_of(&egress["network"]));
     let targets = host_v6(&bridge);
     assert!(targets.iter().any(|(_, i)| *i == bridge), "no link-local address on {bridge}: {targets:?}");
@@ -590,8 +645,13 @@ fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
     }
     let (_, addresses) = w.sh(&name, "cat /proc/net/if_inet6; echo end");
     assert_eq!(addresses.trim(), "end", "the sandbox has IPv6 addresses");
-    let sysctls = inspect(&format!("forage-{name}")).unwrap().host_config.unwrap().sysctls.unwrap_or_default();
-    assert_eq!(sysctls.get("net.ipv6.conf.all.disable_ipv6").map(String::as_str), Some("1"), "{sysctls:?}");
+    // (forage asks for it; Podman's inspect does not show a container's sysctls.)
+    let (_, disabled) = w.sh(&name, "cat /proc/sys/net/ipv6/conf/all/disable_ipv6");
+    assert_eq!(disabled.trim(), "1", "IPv6 is not disabled in the sandbox");
+    if test_engine() == TestEngine::Docker {
+        let sysctls = inspect(&format!("forage-{name}")).unwrap().host_config.unwrap().sysctls.unwrap_or_default();
+        assert_eq!(sysctls.get("net.ipv6.conf.all.disable_ipv6").map(String::as_str), Some("1"), "{sysctls:?}");
+    }
     let (_, out) = w.sh(&name, &format!("curl -sS -m 30 -w '\\n%{{http_code}}' 'http://[{}]:{port}/'", targets[0].0));
     // The proxy takes no IPv6 address, allowed or not.
     assert!(out.trim_end().ends_with("400") && out.contains("is not a host"), "the proxy took an IPv6 literal: {out}");
@@ -600,11 +660,31 @@ fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
     w.env.assert_nothing_left();
 }
 
-/// The host's side of an engine network: its bridge interface.
+/// The host's side of an engine network: its bridge interface (Podman's,
+/// read through its own API: its compat inspect names none).
 fn bridge_of(network: &str) -> String {
+    if let Some(host) = test_engine_host().filter(|_| test_engine() != TestEngine::Docker) {
+        let filters = HashMap::from([("name".to_owned(), vec![format!("^{network}$")])]);
+        let found = block_on(forage::runtime::libpod::networks(&host, &filters)).unwrap();
+        return found.into_iter().find_map(|n| n.network_interface).unwrap_or_else(|| panic!("{network}: no bridge"));
+    }
     let n = block_on(docker().inspect_network(network, None)).unwrap();
     let named = n.options.and_then(|o| o.get("com.docker.network.bridge.name").cloned());
     named.unwrap_or_else(|| format!("br-{}", &n.id.unwrap()[..12]))
+}
+
+/// The body an HTTP server at `ip:port` answers on the host's side of the
+/// engine's networks (`network_side`), if it does: the host's own `host_get`,
+/// or curl's in rootless Podman's network namespace.
+fn network_side_get(ip: &str, port: u16) -> Option<String> {
+    if test_engine() != TestEngine::PodmanRootless {
+        return host_get(ip, port);
+    }
+    let out = network_side(std::path::Path::new("curl"))
+        .args(["-sS", "-m", "10", "--noproxy", "*", &format!("http://{ip}:{port}/")])
+        .output()
+        .unwrap();
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The body an HTTP server at `ip:port` answers the host, if it does.
@@ -671,9 +751,17 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     assert_ne!(inside, 3000);
     // The way in works: the host at 127.0.0.1, and at the forwarder's own
     // network (the host's address there is the one the engine's published
-    // port comes from); A at its own address.
+    // port comes from); A at its own address. Rootless Podman's published
+    // port comes from inside the forwarder instead, and the gateway of its
+    // network, an address of Podman's network namespace that a container on
+    // Podman's default network is masqueraded as, is not served.
     assert!(eventually(60, || host_get("127.0.0.1", host_port).as_deref() == Some(A_ANSWERS)), "A is not published");
-    assert_eq!(host_get(&forwarder_ip, inside).as_deref(), Some(A_ANSWERS), "the forwarder does not serve the host");
+    let from_the_gateway = network_side_get(&forwarder_ip, inside);
+    if test_engine() == TestEngine::PodmanRootless {
+        assert_ne!(from_the_gateway.as_deref(), Some(A_ANSWERS), "the forwarder served its gateway");
+    } else {
+        assert_eq!(from_the_gateway.as_deref(), Some(A_ANSWERS), "the forwarder does not serve the host");
+    }
     let (_, out) = w.sh(&a, &format!("curl -sS -m 30 --noproxy '*' http://{a_ip}:3000/"));
     assert_eq!(out.trim(), A_ANSWERS, "A does not answer at its own address");
     // The forwarder serves nobody else, even a container on its own
@@ -683,7 +771,7 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     assert!(out.contains(&format!("Connected to {forwarder_on_a}")), "A did not reach its forwarder: {out}");
     assert!(closed_unanswered(&out), "the forwarder served A: {out}");
     assert_ne!(
-        host_get(&forwarder_on_a, inside).as_deref(),
+        network_side_get(&forwarder_on_a, inside).as_deref(),
         Some(A_ANSWERS),
         "the forwarder served the host on A's network"
     );
@@ -694,8 +782,12 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     // connection to an address no route leads to is accepted upstream.)
     w.up(&b, &[]);
     let ws = w.workspace.display().to_string();
-    w.env.ok(&["up", &c, "--workspace", &ws, "-t", "net", "--network", "full"]);
-    let docker0 = gateway("bridge");
+    // (On rootless Podman a full sandbox is on the default network only when
+    // it publishes a port: else on slirp4netns, a network of its own, which
+    // it could not leave for the forwarder's below.)
+    let publish: &[&str] = if test_engine() == TestEngine::PodmanRootless { &["--publish", "3001"] } else { &[] };
+    w.env.ok(&[&["up", &c, "--workspace", &ws, "-t", "net", "--network", "full"], publish].concat());
+    let docker0 = gateway(default_network());
     let outside = str_of(&w.network(&b).0["outside_network"]);
     for sandbox in [&b, &c] {
         let mut direct = targets.to_vec();

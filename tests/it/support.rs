@@ -83,6 +83,15 @@ pub fn full_network_mode() -> &'static str {
     }
 }
 
+/// The engine's default network, where `--network bridge` puts a container:
+/// Docker's `bridge`, Podman's `podman`.
+pub fn default_network() -> &'static str {
+    match test_engine() {
+        TestEngine::Docker => "bridge",
+        TestEngine::PodmanRootless | TestEngine::PodmanRootful => "podman",
+    }
+}
+
 /// The socket every forage-ctl and bollard call of this run goes to, when it
 /// is not Docker's default.
 pub fn test_engine_host() -> Option<String> {
