@@ -141,9 +141,6 @@ impl Docker {
             .await
     }
 
-    /// The `seccomp=` security option. Docker takes the profile itself;
-    /// Podman's compat API takes a file path (4.3 opens the value as a file),
-    /// so for Podman the profile is written to a file it can read.
     /// Creates the container `name` from `config`: a name taken is a
     /// conflict; Podman's keep-id hiccup is tried again, a few times. On
     /// rootless Podman one create runs at a time (see `create_lock`).
@@ -178,6 +175,9 @@ impl Docker {
         }
     }
 
+    /// The `seccomp=` security option. Docker takes the profile itself;
+    /// Podman's compat API takes a file path (4.3 opens the value as a file),
+    /// so for Podman the profile is written to a file it can read.
     fn seccomp_option(&self, info: &EngineInfo) -> Result<String> {
         let profile = super::seccomp::profile();
         if !info.podman {
