@@ -155,12 +155,14 @@ fn wait_next_loop(env: &Env) -> (Vec<String>, String) {
         "while n=$('{BIN}' wait --next --idle-for 1s --timeout 120s); do echo \"got $n\"; done; \
          '{BIN}' wait --next --idle-for 1s; echo \"exit $?\""
     );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .env("FORAGE_HOME", &env.home)
-        .env("XDG_CONFIG_HOME", env.dir.path().join("config"))
-        .output()
-        .unwrap();
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &script]).env("FORAGE_HOME", &env.home).env("XDG_CONFIG_HOME", env.dir.path().join("config"));
+    // The run's engine, as `Env::cmd` gives every forage-ctl (as root, the
+    // first engine forage would find is Docker's, not root's Podman).
+    if let Some(host) = test_engine_host() {
+        sh.env("DOCKER_HOST", host);
+    }
+    let out = sh.output().unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let got = stdout.lines().filter_map(|l| l.strip_prefix("got ")).map(str::to_owned).collect();
