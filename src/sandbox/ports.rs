@@ -270,8 +270,6 @@ impl<R: Runtime> Engine<R> {
     }
 }
 
-/// What the sandbox publishes or will at its start, published ports pinned
-/// to the host port they have.
 /// The forwarder's addresses on a restricted sandbox's network, in order:
 /// `FORWARDER_HOST` and every one after it but the broadcast address.
 fn forwarder_addresses(subnet: &Subnet) -> Vec<std::net::Ipv4Addr> {
@@ -279,6 +277,8 @@ fn forwarder_addresses(subnet: &Subnet) -> Vec<std::net::Ipv4Addr> {
     (crate::egress::FORWARDER_HOST..hosts).map(|h| subnet.host(h)).collect()
 }
 
+/// What the sandbox publishes or will at its start, published ports pinned
+/// to the host port they have.
 fn asked(record: &Record) -> Vec<PortSpec> {
     let published = record.ports.iter().map(|p| PortSpec { host: Some(p.host_port), port: p.port });
     published.chain(record.unpublished.iter().copied()).collect()

@@ -86,7 +86,7 @@ impl PrivateEngine {
 
     fn try_restart(&mut self) -> Result<(), String> {
         assert!(self.dockerd.is_none(), "the private engine is already running");
-        let log = std::fs::File::options().create(true).append(true).open(self.path("dockerd.log")).unwrap();
+        let log = std::fs::File::options().create(true).append(true).open(self.path("engine.log")).unwrap();
         let child = if self.podman { self.spawn_podman(log)? } else { self.spawn_dockerd(log)? };
         self.dockerd = Some(child);
         let host = self.host();
@@ -204,7 +204,7 @@ impl PrivateEngine {
     }
 
     fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.path("dockerd.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(self.path("engine.log")).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
