@@ -440,16 +440,19 @@ let
       optional (!(elem e.group groups))
         "${at}: user \"${user}\" may not use ${e.name} (engine = \"${engine}\"): add \"${e.group}\" to users.users.${user}.extraGroups (its members can use the engine's socket, which is as good as root on this host), or run the sandbox as root";
 
-  # Rootful Podman (the module's `engine = "podman"`) cannot keep a restricted
-  # sandbox from the host: it puts an address of the host's on the sandbox's
-  # internal network (forage-ctl refuses such an `up`, exit 4). Refused at
-  # evaluation instead, whether the network comes from the sandbox's declared
-  # template or from its extraArgs. `templateNetworks`: declared template name
-  # to its `network`.
+  # Rootful Podman (the module's `engine = "podman"`) cannot run a restricted
+  # sandbox on a host that also runs Docker: Docker has the host pass bridged
+  # traffic through iptables, where netavark lets nothing through an internal
+  # network, so the sandbox could not even reach its egress proxy (forage-ctl
+  # refuses such an `up`, exit 4). Refused at evaluation instead, whether the
+  # network comes from the sandbox's declared template or from its extraArgs.
+  # `templateNetworks`: declared template name to its `network`; `dockerToo`:
+  # virtualisation.docker.enable.
   networkErrors =
     {
       templateNetworks,
       engine ? defaults.engine,
+      dockerToo ? false,
     }:
     name: s:
     let
@@ -472,8 +475,8 @@ let
       network =
         if asked != [ ] then elemAt asked (length asked - 1) else templateNetworks.${s.template or ""} or null;
     in
-    optional (engine == "podman" && network == "restricted")
-      "${at}: network \"restricted\" cannot be kept from the host on rootful Podman (engine = \"podman\"): it puts an address of the host's on the sandbox's network, through which the agent would reach every service on the host; use engine = \"docker\" for restricted sandboxes, or network \"full\" or \"none\"";
+    optional (engine == "podman" && dockerToo && network == "restricted")
+      "${at}: network \"restricted\" cannot work on rootful Podman (engine = \"podman\") on a host that also runs Docker (virtualisation.docker.enable): Docker has the host pass bridged traffic through iptables, where netavark lets nothing through the sandbox's internal network, so it could not even reach its egress proxy; use engine = \"docker\" for restricted sandboxes, turn Docker off, or use network \"full\" or \"none\"";
 
   # The argv of `forage-ctl up` for sandbox `name` (without the program itself).
   upArgs =

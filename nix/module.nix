@@ -726,6 +726,7 @@ in
             } name s
             ++ forage.networkErrors {
               inherit (cfg) engine;
+              dockerToo = config.virtualisation.docker.enable;
               templateNetworks = lib.mapAttrs (_: t: t.network) cfg.templates;
             } name s
           )

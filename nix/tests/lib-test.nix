@@ -401,7 +401,8 @@ in
       docker = each "docker";
       podman = each "podman";
     };
-  # Restricted sandboxes on rootful Podman: from the template or extraArgs.
+  # Restricted sandboxes on rootful Podman where Docker runs too: from the
+  # template or extraArgs.
   networkErrors =
     let
       templateNetworks = {
@@ -410,7 +411,7 @@ in
       };
       check =
         engine: template: extraArgs:
-        forage.networkErrors { inherit templateNetworks engine; } "s" {
+        forage.networkErrors { inherit templateNetworks engine dockerToo; } "s" {
           inherit template extraArgs;
           workspace = "/srv/a";
         };
@@ -430,10 +431,16 @@ in
         ];
         lastArgIsNetwork = check engine "open" [ "--network" ];
       };
+      dockerToo = true;
+      podmanAlone = forage.networkErrors {
+        inherit templateNetworks;
+        engine = "podman";
+      } "s" { template = "tight"; workspace = "/srv/a"; };
     in
     {
       docker = each "docker";
       podman = each "podman";
+      inherit podmanAlone;
     };
   nixImageNames = map forage.nixImageName [
     "aider-nix"

@@ -340,9 +340,10 @@ in
           engine ? "docker",
           sandbox ? { },
           template ? null,
+          otherConfig ? { },
         }:
         (eval {
-          inherit users;
+          inherit users otherConfig;
           forageConfig.services.forage = {
             enable = true;
             inherit engine;
@@ -365,11 +366,13 @@ in
         engine = "podman";
         users.alice.extraGroups = [ "podman" ];
       };
-      # A restricted sandbox on rootful Podman: from its template, from its
-      # extraArgs; the same template on Docker is valid.
+      # A restricted sandbox on rootful Podman where Docker runs too: from
+      # its template, from its extraArgs; the same template on Podman alone
+      # and on Docker is valid.
       restrictedTemplateOnPodman = only {
         engine = "podman";
         users.alice.extraGroups = [ "podman" ];
+        otherConfig.virtualisation.docker.enable = true;
         sandbox.template = "t";
         template = {
           image = "debian:12";
@@ -380,10 +383,21 @@ in
       restrictedArgsOnPodman = only {
         engine = "podman";
         users.alice.extraGroups = [ "podman" ];
+        otherConfig.virtualisation.docker.enable = true;
         sandbox.extraArgs = [
           "--network"
           "restricted"
         ];
+      };
+      restrictedTemplateOnPodmanAlone = only {
+        engine = "podman";
+        users.alice.extraGroups = [ "podman" ];
+        sandbox.template = "t";
+        template = {
+          image = "debian:12";
+          agent.command = [ "sh" ];
+          network = "restricted";
+        };
       };
       restrictedTemplateOnDocker = only {
         sandbox.template = "t";

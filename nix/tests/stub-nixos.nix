@@ -214,8 +214,12 @@ let
   config = otherConfig // {
     services.forage = fill "services.forage" module.options.services.forage settings.services.forage;
     users.users = users;
-    # The defaults of the NixOS options the module reads.
+    # The defaults of the NixOS options the module reads (Docker's `enable`
+    # as the module leaves it: on for engine = "docker", otherConfig's else).
     virtualisation.docker.package = fakePackage "docker-27.5.1";
+    virtualisation.docker.enable =
+      (otherConfig.virtualisation.docker.enable or false)
+      || (settings.services.forage.engine or "docker") == "docker";
     virtualisation.podman.package = fakePackage "podman-5.4.0";
   };
 

@@ -27,9 +27,10 @@ pub const DNS_PORT: u16 = 53;
 /// and FORAGE_HOME/egress/log.
 pub const POLICY_INSIDE: &str = "/forage-egress/policy";
 pub const LOG_INSIDE: &str = "/forage-egress/log";
-/// The prefix of a sandbox network's size: 16 addresses, of which the engine
-/// takes the first as the (unassigned) gateway, the proxy the second and the
-/// sandbox the third.
+/// The prefix of a sandbox network's size: 16 addresses, of which the first
+/// is the gateway's (Docker's, on no interface: `inhibit_ipv4`; Podman's
+/// sandbox networks have none), the proxy takes the second and the sandbox
+/// the third.
 pub const SANDBOX_SUBNET_BITS: u8 = 28;
 pub const OUTSIDE_SUBNET_BITS: u8 = 24;
 pub const PROXY_HOST: u32 = 2;

@@ -8,11 +8,10 @@
 //! Only the host is served. Docker's (and rootful Podman's) published port
 //! reaches the forwarder from the host's address on one of its networks: the
 //! gateway of a default route (Docker gives the forwarder one, through its
-//! own network; rootful Podman one per network with a gateway, in an order
-//! of its own, and its published port comes through the forwarder's own
-//! network while the first default route may be the default bridge's). A
-//! gateway is always an address of the host's; an internal network (a
-//! restricted sandbox's) has no default route.
+//! own network; rootful Podman one, through its default network, the only
+//! one forage puts the forwarder on with a gateway: see
+//! `Docker::forwarder_on_default_network`). A gateway is always an address
+//! of the host's; an internal network (a restricted sandbox's) has none.
 //! Rootless Podman's (`rootlessport`) connects from inside the forwarder's
 //! own network namespace, so from one of the forwarder's own addresses (any
 //! of its networks'): that is the host's too, and there only that is

@@ -786,7 +786,7 @@ impl Runtime for Docker {
     }
 
     async fn check_restricted(&self) -> Result<()> {
-        self.info().await?.check_restricted()
+        self.info().await?.check_restricted(super::engine_choice::bridged_traffic_filtered())
     }
 
     async fn create_network(&self, spec: &super::egress::NetworkSpec) -> Result<bool> {
@@ -831,6 +831,14 @@ impl Runtime for Docker {
 
     async fn remove_forwarder(&self, container: &str, network: &str) -> Result<()> {
         self.docker_remove_forwarder(container, network).await
+    }
+
+    async fn forwarder_on_default_network(&self) -> Result<Option<String>> {
+        self.docker_forwarder_on_default_network().await
+    }
+
+    async fn containers_labelled(&self, labels: &[String]) -> Result<Vec<(String, HashMap<String, String>)>> {
+        self.docker_containers_labelled(labels).await
     }
 
     async fn list(&self, home_label: &str) -> Result<Vec<ContainerSummary>> {

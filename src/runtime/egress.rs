@@ -146,11 +146,6 @@ impl Docker {
     }
 
     pub(crate) async fn docker_create_network(&self, spec: &NetworkSpec) -> Result<bool> {
-        // The last guard: no way of making a sandbox's network leaves it on
-        // the host's reach (`up` refuses before it makes anything).
-        if spec.internal {
-            self.info().await?.check_restricted()?;
-        }
         // Engines before API 1.44 make a second network of a name in use
         // (`CheckDuplicate` is off, and bollard no longer sends it), and then
         // every request by that name is ambiguous: refuse one in use first.
@@ -161,7 +156,9 @@ impl Docker {
         }
         let info = self.info().await?;
         if info.podman && spec.internal {
-            return podman_create_internal_network(&info.host, spec).await;
+            // The last guard (`up` refuses before it makes anything).
+            info.check_restricted(super::engine_choice::bridged_traffic_filtered())?;
+            return self.podman_create_internal_network(spec).await;
         }
         let mut options = HashMap::new();
         if spec.internal {
@@ -359,6 +356,9 @@ impl Docker {
     }
 
     async fn docker_remove_proxy_container(&self, name: &str) -> Result<()> {
+        if self.info().await?.podman {
+            self.podman_leave_networks_one_at_a_time(name).await?;
+        }
         let options = RemoveContainerOptions { force: true, v: true, link: false };
         match self.api().await?.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
@@ -367,9 +367,87 @@ impl Docker {
         }
     }
 
+    /// Takes the container off each of its networks in turn, so that
+    /// Podman frees each of its addresses on its own. Podman 4.3 frees a
+    /// removed container's addresses in one transaction over all its
+    /// networks, which fails whole, freeing none, when one of them was
+    /// never set up: the state a connect that failed half way leaves, in
+    /// which Podman cannot describe the container (a broken proxy, replaced
+    /// by `docker_ensure_proxy`). Its fixed address on every sandbox's
+    /// network would then stay held by no container until the engine's
+    /// next boot, and its replacement could join none of them (seen in CI).
+    /// A disconnect that fails is only logged: the removal goes on.
+    async fn podman_leave_networks_one_at_a_time(&self, container: &str) -> Result<()> {
+        let info = self.info().await?;
+        let filters = HashMap::from([("name".to_owned(), vec![format!("^{container}$")])]);
+        let found = super::libpod::containers(&info.host, &filters).await?;
+        let Some(found) = found.into_iter().find(|c| c.names.iter().any(|n| n == container)) else { return Ok(()) };
+        let api = self.api().await?;
+        for network in &found.networks {
+            let request = NetworkDisconnectRequest { container: found.id.clone(), force: Some(true) };
+            if let Err(e) = api.disconnect_network(network, request).await {
+                tracing::debug!("disconnecting {container} from network {network} before removing it: {e}");
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) async fn docker_remove_proxy(&self, container: &str, outside: &str) -> Result<()> {
         self.docker_remove_proxy_container(container).await?;
         self.docker_remove_network(outside).await
+    }
+
+    /// A sandbox's network on Podman, made through libpod: as the compat API
+    /// would make it (isolated from Podman's other networks), but without
+    /// two things of the host's that the agent would reach around the proxy:
+    ///
+    /// - the DNS server the compat API gives every network. That server, at
+    ///   the gateway, answers a container any name, asking the host's
+    ///   resolvers for what it does not know (a name is data, and the
+    ///   resolvers pass it on). forage gives the sandbox the proxy's DNS.
+    /// - a gateway. Podman puts a network's gateway address on its bridge,
+    ///   which rootful Podman makes in the host's own network namespace:
+    ///   every service listening on the host would answer the agent there.
+    ///   An internal network made with no gateway gets none, and its bridge
+    ///   no IPv4 address (Docker's `inhibit_ipv4`, which netavark lacks);
+    ///   the sandbox reaches the proxy on its own subnet, needing none.
+    ///
+    /// `true` if made, `false` if the subnet is in use.
+    async fn podman_create_internal_network(&self, spec: &NetworkSpec) -> Result<bool> {
+        use super::libpod::{create_network, Created, NewNetwork, NewSubnet};
+        let info = self.info().await?;
+        let network = NewNetwork {
+            name: spec.name.clone(),
+            driver: "bridge".into(),
+            subnets: vec![NewSubnet { subnet: spec.subnet.to_string(), gateway: None }],
+            internal: true,
+            dns_enabled: false,
+            options: HashMap::from([("isolate".to_owned(), "true".to_owned())]),
+            labels: spec.labels.clone(),
+        };
+        match create_network(&info.host, &network).await? {
+            Created::Made => {}
+            Created::SubnetUsed => return Ok(false),
+            Created::NameTaken => return Err(taken(&spec.name)),
+        }
+        // The last guard, for a Podman that gives it a gateway all the same:
+        // on rootful Podman that is an address of the host's, and the network
+        // goes again. (Rootless Podman's bridge is in a namespace of its own.)
+        let filters = HashMap::from([("name".to_owned(), vec![format!("^{}$", spec.name)])]);
+        let made = super::libpod::networks(&info.host, &filters).await?;
+        let gateway = made.iter().flat_map(|n| n.subnets.iter().flatten()).find_map(|s| s.gateway.clone());
+        match gateway {
+            Some(gateway) if !info.rootless => {
+                self.docker_remove_network(&spec.name).await?;
+                Err(Error::conflict(format!(
+                    "rootful Podman ({}) gave the restricted sandbox's network {} the gateway {gateway}, an address \
+                     of the host's, through which the agent would reach every service on the host",
+                    info.host, spec.name
+                ))
+                .hint("use rootless Podman or Docker for restricted sandboxes, or `--network full` or `none` here"))
+            }
+            _ => Ok(true),
+        }
     }
 
     pub(crate) async fn docker_container_exists(&self, name: &str) -> Result<bool> {
@@ -395,32 +473,6 @@ fn is_image(named: Option<&str>, reference: &str) -> bool {
 fn mac_of(address: Ipv4Addr) -> String {
     let [a, b, c, d] = address.octets();
     format!("02:42:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
-}
-
-/// A sandbox's network on Podman, made through libpod: as the compat API
-/// would make it (isolated from Podman's other networks), but without the
-/// DNS server the compat API gives every network. That server, at the
-/// gateway, answers a container any name, asking the host's resolvers for
-/// what it does not know: a way out of a restricted sandbox around the
-/// proxy (a name is data, and the resolvers pass it on). forage gives the
-/// sandbox the proxy's DNS instead. `true` if made, `false` if the subnet
-/// is in use.
-async fn podman_create_internal_network(host: &str, spec: &NetworkSpec) -> Result<bool> {
-    use super::libpod::{create_network, Created, NewNetwork, NewSubnet};
-    let network = NewNetwork {
-        name: spec.name.clone(),
-        driver: "bridge".into(),
-        subnets: vec![NewSubnet { subnet: spec.subnet.to_string(), gateway: spec.subnet.host(1).to_string() }],
-        internal: true,
-        dns_enabled: false,
-        options: HashMap::from([("isolate".to_owned(), "true".to_owned())]),
-        labels: spec.labels.clone(),
-    };
-    match create_network(host, &network).await? {
-        Created::Made => Ok(true),
-        Created::SubnetUsed => Ok(false),
-        Created::NameTaken => Err(taken(&spec.name)),
-    }
 }
 
 /// A network of that name exists, and is not forage's to use.

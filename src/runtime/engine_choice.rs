@@ -113,18 +113,21 @@ impl EngineInfo {
         }
     }
 
-    /// Refuses `network: restricted` on rootful Podman. A restricted sandbox
-    /// must reach nothing but the egress proxy; Docker gives its internal
-    /// network no address of the host's (`inhibit_ipv4`), but rootful Podman
-    /// (4.3, netavark) has no such option and puts the gateway address on the
-    /// host's bridge, where the agent reaches every service listening on the
-    /// host. (Rootless Podman's bridge is in a network namespace of its own,
-    /// not the host's.)
-    pub fn check_restricted(&self) -> Result<()> {
-        if self.podman && !self.rootless {
+    /// Refuses `network: restricted` on rootful Podman where the sandbox's
+    /// network could carry nothing, not even its way to the proxy: where
+    /// the host passes bridged traffic through iptables
+    /// (`net.bridge.bridge-nf-call-iptables` is 1, as it is wherever Docker
+    /// runs, whose FORWARD chain drops what no rule accepts), netavark 1.4
+    /// accepts nothing for an internal network. (Such a network has no
+    /// address of the host's on any engine: see
+    /// `Docker::podman_create_internal_network`. Rootless Podman's bridge is
+    /// in a network namespace of its own, where no host rule applies.)
+    pub fn check_restricted(&self, bridged_traffic_filtered: bool) -> Result<()> {
+        if self.podman && !self.rootless && bridged_traffic_filtered {
             return Err(Error::conflict(format!(
-                "`network: restricted` cannot be kept from the host on rootful Podman ({}): it puts an address of \
-                 the host's on the sandbox's network, through which the agent would reach every service on the host",
+                "`network: restricted` cannot work on rootful Podman ({}) on this host: it passes bridged traffic \
+                 through iptables (net.bridge.bridge-nf-call-iptables = 1, as wherever Docker runs), and netavark \
+                 lets none through on an internal network, so the sandbox could not even reach its egress proxy",
                 self.host
             ))
             .hint("use rootless Podman or Docker for restricted sandboxes, or `--network full` or `none` here"));
@@ -185,6 +188,18 @@ impl EngineInfo {
     }
 }
 
+/// Whether the host passes bridged IPv4 traffic through iptables: the
+/// br_netfilter module is loaded (Docker loads it) with its default, 1.
+pub fn bridged_traffic_filtered() -> bool {
+    bridged_traffic_filtered_by(
+        &std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-iptables").unwrap_or_default(),
+    )
+}
+
+fn bridged_traffic_filtered_by(sysctl: &str) -> bool {
+    sysctl.trim() == "1"
+}
+
 /// The path of a `unix://` host.
 pub fn socket_path(host: &str) -> Option<&Path> {
     host.strip_prefix("unix://").map(Path::new)
@@ -241,12 +256,20 @@ mod tests {
     }
 
     #[test]
-    fn restricted_networks_are_refused_on_rootful_podman_only() {
-        let e = engine(true, false).check_restricted().unwrap_err();
-        assert!(e.to_string().contains("cannot be kept from the host on rootful Podman"), "{e}");
+    fn restricted_networks_are_refused_on_rootful_podman_only_where_bridges_are_filtered() {
+        let e = engine(true, false).check_restricted(true).unwrap_err();
+        assert!(e.to_string().contains("net.bridge.bridge-nf-call-iptables = 1"), "{e}");
         assert_eq!(e.exit_code(), 4);
-        assert!(engine(true, true).check_restricted().is_ok(), "rootless Podman's bridge is in its own namespace");
-        assert!(engine(false, false).check_restricted().is_ok(), "Docker's internal network has no host address");
+        assert!(engine(true, false).check_restricted(false).is_ok(), "nothing on the host stops its bridge");
+        assert!(engine(true, true).check_restricted(true).is_ok(), "rootless Podman's bridge is in its own namespace");
+        assert!(engine(false, false).check_restricted(true).is_ok(), "Docker opens its internal networks' bridges");
+    }
+
+    #[test]
+    fn bridged_traffic_is_filtered_only_where_the_sysctl_says_so() {
+        assert!(bridged_traffic_filtered_by("1\n"));
+        assert!(!bridged_traffic_filtered_by("0\n"));
+        assert!(!bridged_traffic_filtered_by(""), "no br_netfilter module: no such file");
     }
 
     #[test]

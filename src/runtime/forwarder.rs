@@ -10,7 +10,9 @@ use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkingConfig,
     PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+};
 
 use super::docker::Docker;
 use super::{ImageSource, Runtime as _};
@@ -189,6 +191,68 @@ impl Docker {
             Err(e) if is_docker_not_found(&e) => Ok(()),
             Err(e) => Err(Error::docker(format!("removing the port forwarder {name}"), e)),
         }
+    }
+
+    /// Rootful Podman: the forwarder's published port goes on Podman's
+    /// default network, not a network of its own. There a published port's
+    /// connection comes from the gateway of the forwarder's own network, and
+    /// so does any container's on Podman's default network (every `full`
+    /// sandbox's) that crosses to it through the host: netavark accepts
+    /// whatever comes from that network and masquerades it as it leaves, and
+    /// isolates only networks that both ask for it. The forwarder, which
+    /// serves its gateways, could not tell the two apart (a `full` sandbox
+    /// got another sandbox's service so, in `network::`). On the default
+    /// network, a container reaches the forwarder on its own link, from its
+    /// own address, which is not served, and only the host comes from the
+    /// gateway. (Docker isolates its networks from each other; rootless
+    /// Podman's connections come from the forwarder's own addresses.) The
+    /// network is named, as a container's networks must be at its create:
+    /// `podman`, the default network of Podman's own configuration.
+    pub(crate) async fn docker_forwarder_on_default_network(&self) -> Result<Option<String>> {
+        let info = self.info().await?;
+        if !info.podman || info.rootless {
+            return Ok(None);
+        }
+        const PODMAN_DEFAULT_NETWORK: &str = "podman";
+        if !super::libpod::network_exists(&info.host, PODMAN_DEFAULT_NETWORK).await? {
+            return Err(Error::conflict(format!(
+                "rootful Podman ({}) has no network named {PODMAN_DEFAULT_NETWORK}, its default, through which \
+                 forage publishes a sandbox's ports",
+                info.host
+            ))
+            .hint("make it again (`sudo podman network create podman`), or use rootless Podman or Docker"));
+        }
+        Ok(Some(PODMAN_DEFAULT_NETWORK.to_owned()))
+    }
+
+    /// The containers with all of `labels`, stopped ones too: name, labels.
+    pub(crate) async fn docker_containers_labelled(
+        &self,
+        labels: &[String],
+    ) -> Result<Vec<(String, HashMap<String, String>)>> {
+        let filters = HashMap::from([("label".to_owned(), labels.to_vec())]);
+        let info = self.info().await?;
+        if info.podman {
+            let list = super::libpod::containers(&info.host, &filters).await?;
+            return Ok(list
+                .into_iter()
+                .filter_map(|c| Some((c.names.into_iter().next()?, c.labels.unwrap_or_default())))
+                .collect());
+        }
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let list = self
+            .api()
+            .await?
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| Error::docker("listing containers", e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let name = c.names?.into_iter().next()?.trim_start_matches('/').to_owned();
+                Some((name, c.labels.unwrap_or_default()))
+            })
+            .collect())
     }
 
     /// Removes the forwarder, then its network; succeeds if both are gone.

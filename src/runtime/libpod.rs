@@ -95,6 +95,10 @@ pub struct Container {
     pub state: String,
     #[serde(rename = "ExitCode", default)]
     pub exit_code: i64,
+    /// The networks Podman's database has it on (whether or not each was
+    /// set up: those of a connect that failed half way are here too).
+    #[serde(rename = "Networks", default)]
+    pub networks: Vec<String>,
 }
 
 impl Container {
@@ -153,7 +157,10 @@ pub struct NewNetwork {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NewSubnet {
     pub subnet: String,
-    pub gateway: String,
+    /// None: Podman gives an internal network none, and puts no address on
+    /// its bridge (see `egress::podman_create_internal_network`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
 }
 
 /// What became of a network asked for.
@@ -307,7 +314,7 @@ mod tests {
         let network = NewNetwork {
             name: "forage-a-net".into(),
             driver: "bridge".into(),
-            subnets: vec![NewSubnet { subnet: "10.231.0.0/29".into(), gateway: "10.231.0.1".into() }],
+            subnets: vec![NewSubnet { subnet: "10.231.0.0/29".into(), gateway: None }],
             internal: true,
             dns_enabled: false,
             options: HashMap::from([("isolate".into(), "true".into())]),
@@ -317,7 +324,7 @@ mod tests {
         assert_eq!(
             json,
             serde_json::json!({"name": "forage-a-net", "driver": "bridge",
-                "subnets": [{"subnet": "10.231.0.0/29", "gateway": "10.231.0.1"}], "internal": true,
+                "subnets": [{"subnet": "10.231.0.0/29"}], "internal": true,
                 "dns_enabled": false, "options": {"isolate": "true"}, "labels": {"forage.home": "/h"}})
         );
     }
@@ -331,6 +338,8 @@ mod tests {
             {"Id":"b593769fdfde","Names":["other"],"Labels":null,"State":"configured","ExitCode":0}]"#;
         let containers: Vec<Container> = serde_json::from_slice(body).unwrap();
         assert_eq!(containers[0].names, ["forage-a"]);
+        assert_eq!(containers[0].networks, ["t-int", "t-out"]);
+        assert_eq!(containers[1].networks, Vec::<String>::new());
         assert_eq!(containers[0].labels.as_ref().unwrap()["forage.sandbox"], "a");
         assert_eq!((containers[0].docker_state(), containers[0].exit_code), ("exited", 137));
         assert_eq!((containers[1].labels.clone(), containers[1].docker_state()), (None, "created"));

@@ -448,8 +448,9 @@ pub trait Runtime: Send + Sync + 'static {
     fn mounts_overlay_volumes(&self) -> impl Future<Output = Result<bool>> + Send {
         async { Ok(true) }
     }
-    /// Refuses `network: restricted` where the engine cannot keep such a
-    /// sandbox from the host (checked before `up` makes anything).
+    /// Refuses `network: restricted` where the engine cannot give such a
+    /// sandbox a network that reaches its proxy and nothing of the host's
+    /// (checked before `up` makes anything).
     fn check_restricted(&self) -> impl Future<Output = Result<()>> + Send {
         async { Ok(()) }
     }
@@ -512,6 +513,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// Removes the forwarder's container, then its network.
     fn remove_forwarder(&self, _container: &str, _network: &str) -> impl Future<Output = Result<()>> + Send {
         async { Ok(()) }
+    }
+    /// The engine's default network, when the forwarder's published port
+    /// goes there rather than on a network of the forwarder's own (see
+    /// `Docker::forwarder_on_default_network`).
+    fn forwarder_on_default_network(&self) -> impl Future<Output = Result<Option<String>>> + Send {
+        async { Ok(None) }
+    }
+    /// The containers with all of `labels` (`key=value`), stopped ones
+    /// too: each one's name and labels.
+    fn containers_labelled(
+        &self,
+        _labels: &[String],
+    ) -> impl Future<Output = Result<Vec<(String, HashMap<String, String>)>>> + Send {
+        async { Ok(Vec::new()) }
     }
 }
 

@@ -138,8 +138,11 @@ impl<R: Runtime> Engine<R> {
             self.begin(record, step)?;
         }
         self.step(&format!("publishing ports with {name}"));
-        self.make_forwarder_network(record).await?;
-        let spec = self.forwarder_spec(record, wanted)?;
+        let default_network = self.runtime.forwarder_on_default_network().await?;
+        if default_network.is_none() {
+            self.make_forwarder_network(record).await?;
+        }
+        let spec = self.forwarder_spec(record, wanted, default_network)?;
         match self.runtime.ensure_forwarder(&spec, self.progress.as_ref()).await {
             Ok(published) => {
                 record.ports = published;
@@ -202,7 +205,14 @@ impl<R: Runtime> Engine<R> {
         .hint("remove sandboxes you no longer need (`forage-ctl down`), or networks left behind (`forage-ctl gc`)"))
     }
 
-    fn forwarder_spec(&self, record: &Record, wanted: &[PortSpec]) -> Result<ForwarderSpec> {
+    /// The forwarder of `wanted`, published through `default_network` if
+    /// given, else through a network of its own.
+    fn forwarder_spec(
+        &self,
+        record: &Record,
+        wanted: &[PortSpec],
+        default_network: Option<String>,
+    ) -> Result<ForwarderSpec> {
         let name = forwarder_name(&record.name);
         // On a restricted sandbox's own network, at an address of its own;
         // with `full`, on the default bridge, reaching the sandbox's address
@@ -222,7 +232,7 @@ impl<R: Runtime> Engine<R> {
         let label = self.home.label();
         Ok(ForwarderSpec {
             container: name.clone(),
-            network: name,
+            network: default_network.unwrap_or(name),
             labels: HashMap::from([
                 (LABEL_PORTS_HOME.to_owned(), label),
                 (LABEL_PORTS_SANDBOX.to_owned(), record.name.to_string()),
@@ -247,7 +257,8 @@ impl<R: Runtime> Engine<R> {
 impl<R: Runtime> Engine<R> {
     /// `gc`: forwarders of this FORAGE_HOME whose sandbox has no record
     /// (found by their network, which is made before the container and
-    /// removed after it).
+    /// removed after it, and by their container, which is all there is of
+    /// one on the engine's default network).
     pub(crate) async fn gc_forwarders(
         &self,
         had_record: impl Fn(&SandboxName) -> bool,
@@ -255,7 +266,13 @@ impl<R: Runtime> Engine<R> {
     ) -> Result<Vec<super::gc::Finding>> {
         use super::gc::{Finding, Kind};
         let mut findings = Vec::new();
-        let networks = self.runtime.networks(&[format!("{LABEL_PORTS_HOME}={}", self.home.label())]).await?;
+        let home = [format!("{LABEL_PORTS_HOME}={}", self.home.label())];
+        let mut networks = self.runtime.networks(&home).await?;
+        for (container, labels) in self.runtime.containers_labelled(&home).await? {
+            if !networks.iter().any(|(n, _)| *n == container) {
+                networks.push((container, labels));
+            }
+        }
         for (network, labels) in networks {
             let Some(Ok(name)) = labels.get(LABEL_PORTS_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
             let Some(_lock) = self.lock_if_unowned(&name, had_record(&name) || network != forwarder_name(&name))?

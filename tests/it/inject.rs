@@ -87,6 +87,7 @@ fn start_api(w: &mut World, outside: &str, certs: &Path, key: &str) {
         host_config: Some(HostConfig {
             binds: Some(vec![format!("{}:/server.py:ro", script.display()), format!("{}:/certs:ro", certs.display())]),
             network_mode: Some(outside.to_owned()),
+            ulimits: test_container_ulimits(),
             ..Default::default()
         }),
         networking_config: Some(bollard::models::NetworkingConfig {

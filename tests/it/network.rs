@@ -80,6 +80,7 @@ impl World {
             host_config: Some(HostConfig {
                 binds: Some(vec![format!("{}:/server.py:ro", script.display())]),
                 network_mode: Some(outside.to_owned()),
+                ulimits: test_container_ulimits(),
                 ..Default::default()
             }),
             networking_config: Some(bollard::models::NetworkingConfig {
@@ -180,6 +181,21 @@ fn gateway(network: &str) -> Ipv4Addr {
         .filter(|i| i.interface_name == bridge)
         .find_map(|i| Some(i.address?.as_sockaddr_in()?.ip()))
         .unwrap_or_else(|| panic!("network {network}'s bridge {bridge} has no address"))
+}
+
+/// Where a sandbox network's gateway is, or would be: its subnet's first
+/// address. On Docker that is the gateway (an address of nobody's:
+/// `inhibit_ipv4`); Podman's sandbox networks have none, and their bridge
+/// no IPv4 address at all (asserted here), which on rootful Podman would be
+/// the host's.
+fn sandbox_gateway(network: &str) -> Ipv4Addr {
+    let (subnet, gateway) = engine_network_subnet(network);
+    let first = forage::egress::subnet::Subnet::parse(&subnet).unwrap_or_else(|| panic!("{network}: {subnet}")).host(1);
+    match test_engine() {
+        TestEngine::Docker => assert_eq!(gateway, Some(first.to_string()), "{network}"),
+        _ => assert_eq!(gateway, None, "Podman gave the sandbox's network {network} a gateway"),
+    }
+    first
 }
 
 /// The host's address as a container on `outside` reaches it, checked
@@ -297,7 +313,7 @@ fn allowed_names_pass_the_proxy_and_everything_else_is_denied_logged_or_unreacha
     let host_socket = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = host_socket.local_addr().unwrap().port();
     let host_there = host_address_on(&outside, &w.servers[0], port);
-    let sandbox_gw = gateway(&sandbox_net);
+    let sandbox_gw = sandbox_gateway(&sandbox_net);
     for ip in [sandbox_gw, host_there] {
         let (code, out) = w.sh(&name, &format!("timeout 30 bash -c 'exec 3<>/dev/tcp/{ip}/{port}'"));
         assert_ne!(code, 0, "the sandbox reached the host at {ip}: {out}");
@@ -604,15 +620,16 @@ fn raw_sockets_and_ipv6_get_a_restricted_sandbox_nowhere() {
         let out = on_host(&probe, &["ping", ip]);
         assert!(out.contains(": reply"), "the host cannot ping {ip}: {out}");
     }
-    // Inside, neither opens; the unprivileged ping socket Docker allows
-    // reaches the proxy on the sandbox's own network, and nothing beyond it.
-    // (Podman allows ping sockets to group 0 only, `ping_group_range=0 0`,
-    // which the agent is not in: there no ping leaves at all.)
+    // Inside, neither opens; the unprivileged ping socket Docker and rootful
+    // Podman allow reaches the proxy on the sandbox's own network, and
+    // nothing beyond it. (Rootless Podman allows ping sockets to group 0
+    // only, `ping_group_range=0 0`, which the agent is not in: there no ping
+    // leaves at all.)
     let (_, inside) = w.sh(&name, "/workspace/netprobe raw");
     assert!(inside.contains("raw-icmp: Operation not permitted"), "{inside}");
     assert!(inside.contains("packet: Operation not permitted"), "{inside}");
     let (_, out) = w.sh(&name, &format!("/workspace/netprobe ping {proxy_inside}"));
-    if test_engine() == TestEngine::Docker {
+    if test_engine() != TestEngine::PodmanRootless {
         assert!(out.contains("reply") && !out.contains("no reply"), "the sandbox cannot ping its proxy: {out}");
     } else {
         assert!(out.contains("socket: Operation not permitted"), "the sandbox opened a ping socket: {out}");
@@ -738,9 +755,19 @@ fn serving_a(w: &World, a: &str) -> (u16, String, [String; 2]) {
     let mut networks = inspect(&forwarder).unwrap().network_settings.unwrap().networks.unwrap();
     assert_eq!(networks.len(), 2, "{networks:?}");
     let mut ip_on = |network: &str| networks.remove(network).and_then(|e| e.ip_address).unwrap();
-    let own = ip_on(&forwarder);
+    let own = ip_on(&forwarders_network(&forwarder));
     let on_a = ip_on(&str_of(&status["record"]["egress"]["network"]));
     (host_port, str_of(&status["record"]["egress"]["sandbox_address"]), [own, on_a])
+}
+
+/// The network through which the engine publishes `forwarder`'s ports: one
+/// of its own, but on rootful Podman, where it is the default network
+/// (`Docker::forwarder_on_default_network` says why).
+fn forwarders_network(forwarder: &str) -> String {
+    match test_engine() {
+        TestEngine::PodmanRootful => default_network().to_owned(),
+        _ => forwarder.to_owned(),
+    }
 }
 
 /// The port `forwarder` listens on for sandbox port `port` (random, made
@@ -831,13 +858,19 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     // port: C's connection is taken, and closed unanswered. (In that moment
     // Docker also masquerades C's connection as the host's address there,
     // which the forwarder cannot tell from the host's: only its random port
-    // stands in the way then; docs/network.md says so.)
-    let forwarder = format!("forage-{a}-Ports");
-    let join = bollard::models::NetworkConnectRequest { container: format!("forage-{c}"), ..Default::default() };
-    block_on(docker().connect_network(&forwarder, join)).unwrap();
+    // stands in the way then; docs/network.md says so.) On rootful Podman C
+    // is on it already: the forwarder is on the default network.
+    let forwarder = forwarders_network(&format!("forage-{a}-Ports"));
+    let join_and_leave = forwarder != default_network();
+    if join_and_leave {
+        let join = bollard::models::NetworkConnectRequest { container: format!("forage-{c}"), ..Default::default() };
+        block_on(docker().connect_network(&forwarder, join)).unwrap();
+    }
     let (_, out) = w.sh(&c, &format!("curl -v -sS -m 30 --noproxy '*' http://{forwarder_ip}:{inside}/"));
-    let leave = NetworkDisconnectRequest { container: format!("forage-{c}"), force: Some(true) };
-    block_on(docker().disconnect_network(&forwarder, leave)).unwrap();
+    if join_and_leave {
+        let leave = NetworkDisconnectRequest { container: format!("forage-{c}"), force: Some(true) };
+        block_on(docker().disconnect_network(&forwarder, leave)).unwrap();
+    }
     assert!(out.contains(&format!("Connected to {forwarder_ip}")), "C did not reach the forwarder: {out}");
     assert!(closed_unanswered(&out), "the forwarder served C: {out}");
     w.env.ok(&["down", &a, &b, &c]);
@@ -1066,8 +1099,8 @@ fn no_dns_server_but_the_proxys_answers_a_restricted_sandbox() {
     let default_network_answers = dns_at_the_gateway_of_a_default_internal_network(&w.env.unique("dnsctl"), &image);
     assert_eq!(default_network_answers, test_engine() != TestEngine::Docker);
 
-    // From the sandbox, nothing answers at its network's gateway.
-    let gw = gateway(&sandbox_net);
+    // From the sandbox, nothing answers where its network's gateway would be.
+    let gw = sandbox_gateway(&sandbox_net);
     let (_, out) = w.sh(&name, &format!("{DNS_QUERY}; dns_query {gw} {proxy_name}"));
     assert_eq!(dns_answer(&out), None, "a DNS server answered the sandbox at its gateway {gw}: {out}");
     // The sandbox's resolvers: the proxy, or on Docker the engine's own
@@ -1095,7 +1128,11 @@ fn dns_at_the_gateway_of_a_default_internal_network(name: &str, image: &str) -> 
     let config = ContainerCreateBody {
         image: Some(image.to_owned()),
         cmd: Some(vec!["sleep".into(), "infinity".into()]),
-        host_config: Some(HostConfig { network_mode: Some(name.to_owned()), ..Default::default() }),
+        host_config: Some(HostConfig {
+            network_mode: Some(name.to_owned()),
+            ulimits: test_container_ulimits(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let options = CreateContainerOptions { name: Some(name.to_owned()), ..Default::default() };

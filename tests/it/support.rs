@@ -58,6 +58,20 @@ pub fn test_engine() -> TestEngine {
     }
 }
 
+/// The open-file and process limits a test's own container is given: on
+/// rootful Podman, whose defaults fail a start where root may not raise a
+/// hard limit, forage's (as for a sandbox); elsewhere the engine's.
+pub fn test_container_ulimits() -> Option<Vec<bollard::models::ResourcesUlimits>> {
+    let rootful = forage::runtime::engine_choice::EngineInfo {
+        host: String::new(),
+        podman: true,
+        rootless: false,
+        version: String::new(),
+        socket_owner: None,
+    };
+    (test_engine() == TestEngine::PodmanRootful).then(|| rootful.rlimits()).flatten()
+}
+
 /// Whether the engine applies a sandbox's memory, CPU and process limits.
 /// Rootless Podman on a cgroups v1 host accepts them and silently drops them
 /// (forage warns at `up`: "the Podman engine did not apply ..."), so a test
