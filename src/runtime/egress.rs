@@ -109,10 +109,24 @@ impl Docker {
     /// The containers on `network`, stopped ones too: (id, name).
     async fn containers_on_network(&self, network: &str) -> Result<Vec<(String, String)>> {
         let filters = HashMap::from([("network".to_owned(), vec![network.to_owned()])]);
+        let found = self.containers_matching(filters).await?;
+        Ok(found.into_iter().map(|c| (c.id, c.name)).collect())
+    }
+
+    /// The containers matching `filters` (Docker's keys), stopped ones too.
+    /// On Podman through its own list (see `super::libpod::containers`).
+    pub(crate) async fn containers_matching(&self, filters: HashMap<String, Vec<String>>) -> Result<Vec<Listed>> {
         let info = self.info().await?;
         if info.podman {
             let list = super::libpod::containers(&info.host, &filters).await?;
-            return Ok(list.into_iter().map(|c| (c.id, c.names.into_iter().next().unwrap_or_default())).collect());
+            return Ok(list
+                .into_iter()
+                .map(|c| Listed {
+                    id: c.id,
+                    name: c.names.into_iter().next().unwrap_or_default(),
+                    labels: c.labels.unwrap_or_default(),
+                })
+                .collect());
         }
         let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
         let list = self
@@ -120,12 +134,13 @@ impl Docker {
             .await?
             .list_containers(Some(options))
             .await
-            .map_err(|e| Error::docker(format!("listing the containers on network {network}"), e))?;
+            .map_err(|e| Error::docker("listing containers", e))?;
         Ok(list
             .into_iter()
             .filter_map(|c| {
                 let name = c.names.into_iter().flatten().next().unwrap_or_default();
-                Some((c.id?, name.trim_start_matches('/').to_owned()))
+                let labels = c.labels.unwrap_or_default();
+                Some(Listed { id: c.id?, name: name.trim_start_matches('/').to_owned(), labels })
             })
             .collect())
     }
@@ -461,6 +476,13 @@ impl Docker {
             Err(e) => Err(Error::docker(format!("inspecting container {name}"), e)),
         }
     }
+}
+
+/// A container as a listing gives it.
+pub(crate) struct Listed {
+    pub id: String,
+    pub name: String,
+    pub labels: HashMap<String, String>,
 }
 
 /// Whether a container's image, as the engine names it, is `reference`:

@@ -10,9 +10,7 @@ use bollard::models::{
     ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, NetworkConnectRequest, NetworkingConfig,
     PortBinding, RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
-};
+use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, RemoveContainerOptions};
 
 use super::docker::Docker;
 use super::{ImageSource, Runtime as _};
@@ -231,28 +229,8 @@ impl Docker {
         labels: &[String],
     ) -> Result<Vec<(String, HashMap<String, String>)>> {
         let filters = HashMap::from([("label".to_owned(), labels.to_vec())]);
-        let info = self.info().await?;
-        if info.podman {
-            let list = super::libpod::containers(&info.host, &filters).await?;
-            return Ok(list
-                .into_iter()
-                .filter_map(|c| Some((c.names.into_iter().next()?, c.labels.unwrap_or_default())))
-                .collect());
-        }
-        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
-        let list = self
-            .api()
-            .await?
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| Error::docker("listing containers", e))?;
-        Ok(list
-            .into_iter()
-            .filter_map(|c| {
-                let name = c.names?.into_iter().next()?.trim_start_matches('/').to_owned();
-                Some((name, c.labels.unwrap_or_default()))
-            })
-            .collect())
+        let found = self.containers_matching(filters).await?;
+        Ok(found.into_iter().map(|c| (c.name, c.labels)).collect())
     }
 
     /// Removes the forwarder, then its network; succeeds if both are gone.
