@@ -7,11 +7,11 @@
 //!
 //! Only the host is served. Docker's (and rootful Podman's) published port
 //! reaches the forwarder from the host's address on one of its networks: the
-//! gateway of a default route (Docker gives the forwarder one, through its
-//! own network; rootful Podman one, through its default network, the only
-//! one forage puts the forwarder on with a gateway: see
-//! `Docker::forwarder_on_default_network`). A gateway is always an address
-//! of the host's; an internal network (a restricted sandbox's) has none.
+//! gateway of a default route (Docker and rootful Podman give the forwarder
+//! one, through their default network, the only one forage puts the
+//! forwarder on with a gateway: see `Docker::forwarder_on_default_network`).
+//! A gateway is always an address of the host's; an internal network (a
+//! restricted sandbox's) has none.
 //! Rootless Podman's (`rootlessport`) connects from inside the forwarder's
 //! own network namespace, so from one of the forwarder's own addresses (any
 //! of its networks'): that is the host's too, and there only that is
@@ -22,10 +22,7 @@
 //! from either: the kernel drops a packet that arrives with one of its own
 //! addresses as source, and a sandbox has no address on the forwarder's
 //! network or the gateway's. Anything else that reaches a listener — another
-//! sandbox on the default bridge, its own sandbox on its network, or one
-//! that got across while Docker 20.10 briefly lifts its isolation between
-//! networks (it deletes and re-inserts its `FORWARD -j
-//! DOCKER-ISOLATION-STAGE-1` jump each time any network is made) — is
+//! sandbox on the default bridge, or its own sandbox on its network — is
 //! closed unanswered.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

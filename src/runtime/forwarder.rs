@@ -115,7 +115,7 @@ impl Docker {
         if let Err(e) = api.create_container(Some(options), config).await {
             return Ok(Err(e));
         }
-        if !info.podman {
+        if !info.podman && sandbox_network != spec.network {
             let request =
                 NetworkConnectRequest { container: spec.container.clone(), endpoint_config: Some(on_sandbox_network) };
             if let Err(e) = api.connect_network(sandbox_network, request).await {
@@ -191,24 +191,30 @@ impl Docker {
         }
     }
 
-    /// Rootful Podman: the forwarder's published port goes on Podman's
-    /// default network, not a network of its own. There a published port's
-    /// connection comes from the gateway of the forwarder's own network, and
-    /// so does any container's on Podman's default network (every `full`
-    /// sandbox's) that crosses to it through the host: netavark accepts
-    /// whatever comes from that network and masquerades it as it leaves, and
-    /// isolates only networks that both ask for it. The forwarder, which
-    /// serves its gateways, could not tell the two apart (a `full` sandbox
-    /// got another sandbox's service so, in `network::`). On the default
-    /// network, a container reaches the forwarder on its own link, from its
-    /// own address, which is not served, and only the host comes from the
-    /// gateway. (Docker isolates its networks from each other; rootless
-    /// Podman's connections come from the forwarder's own addresses.) The
-    /// network is named, as a container's networks must be at its create:
-    /// `podman`, the default network of Podman's own configuration.
+    /// Docker and rootful Podman: the forwarder's published port goes on
+    /// the engine's default network, not a network of its own. Through a
+    /// network of its own, a published port's connection comes from that
+    /// network's gateway, and so does a container's from the default network
+    /// (every `full` sandbox's) that crosses to it through the host,
+    /// masqueraded as it leaves: on rootful Podman always (netavark accepts
+    /// whatever comes from its default network, and isolates only networks
+    /// that both ask for it), on Docker 20.10 in the moment it lifts its
+    /// isolation between networks, which it does whenever any network is
+    /// made. The forwarder, which serves its gateways, could not tell the two
+    /// apart (a `full` sandbox got another sandbox's service so, in
+    /// `network::`, on both). On the default network, a container reaches
+    /// the forwarder on its own link, from its own address, which is not
+    /// served, and only the host comes from the gateway. (Rootless Podman's
+    /// published port comes from the forwarder's own addresses, on a network
+    /// of its own.) On Podman the network is named, as a container's
+    /// networks must be at its create: `podman`, the default network of
+    /// Podman's own configuration.
     pub(crate) async fn docker_forwarder_on_default_network(&self) -> Result<Option<String>> {
         let info = self.info().await?;
-        if !info.podman || info.rootless {
+        if !info.podman {
+            return Ok(Some("bridge".to_owned()));
+        }
+        if info.rootless {
             return Ok(None);
         }
         const PODMAN_DEFAULT_NETWORK: &str = "podman";
@@ -284,11 +290,9 @@ fn start_failed(spec: &ForwarderSpec, e: bollard::errors::Error) -> Error {
 
 /// The ports the forwarder listens on, one per published port: random and
 /// distinct, from 20000 to 59999, made anew with every forwarder. Only the
-/// engine's published port knows them. The forwarder serves only the
-/// host's address, but Docker 20.10, for the moment it lifts its isolation
-/// between networks whenever any network is made, lets a container on its
-/// default bridge reach the forwarder masqueraded as that very address: a
-/// port it would have to guess too, in that moment.
+/// engine's published port knows them: a second lock, behind the forwarder
+/// serving only the host's address (should a container ever come
+/// masqueraded as it, it would have to guess the port too).
 fn inside_ports(count: usize) -> Vec<u16> {
     use std::hash::{BuildHasher, Hasher};
     let mut ports: Vec<u16> = Vec::with_capacity(count);

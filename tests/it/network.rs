@@ -760,13 +760,13 @@ fn serving_a(w: &World, a: &str) -> (u16, String, [String; 2]) {
     (host_port, str_of(&status["record"]["egress"]["sandbox_address"]), [own, on_a])
 }
 
-/// The network through which the engine publishes `forwarder`'s ports: one
-/// of its own, but on rootful Podman, where it is the default network
+/// The network through which the engine publishes `forwarder`'s ports: the
+/// default network, but on rootless Podman, where it is one of its own
 /// (`Docker::forwarder_on_default_network` says why).
 fn forwarders_network(forwarder: &str) -> String {
     match test_engine() {
-        TestEngine::PodmanRootful => default_network().to_owned(),
-        _ => forwarder.to_owned(),
+        TestEngine::PodmanRootless => forwarder.to_owned(),
+        _ => default_network().to_owned(),
     }
 }
 
@@ -852,14 +852,10 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
             "B reached {target} through the proxy: {out}"
         );
     }
-    // C on the forwarder's network itself, as Docker 20.10 lets a container
-    // on another bridge be for a moment whenever any network is made (it
-    // lifts its isolation jump and puts it back), and given the forwarder's
-    // port: C's connection is taken, and closed unanswered. (In that moment
-    // Docker also masquerades C's connection as the host's address there,
-    // which the forwarder cannot tell from the host's: only its random port
-    // stands in the way then; docs/network.md says so.) On rootful Podman C
-    // is on it already: the forwarder is on the default network.
+    // C on the network the forwarder is published through, given the
+    // forwarder's port: C's connection is taken, and closed unanswered. C is
+    // on it already where that is the default network; on rootless Podman it
+    // is joined to the forwarder's own.
     let forwarder = forwarders_network(&format!("forage-{a}-Ports"));
     let join_and_leave = forwarder != default_network();
     if join_and_leave {
