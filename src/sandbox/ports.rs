@@ -266,22 +266,25 @@ impl<R: Runtime> Engine<R> {
     ) -> Result<Vec<super::gc::Finding>> {
         use super::gc::{Finding, Kind};
         let mut findings = Vec::new();
+        // A forwarder's container and its network (if it has one) both
+        // bear its name and labels: each forwarder once, by that name.
         let home = [format!("{LABEL_PORTS_HOME}={}", self.home.label())];
-        let mut networks = self.runtime.networks(&home).await?;
+        let mut forwarders = self.runtime.networks(&home).await?;
         for (container, labels) in self.runtime.containers_labelled(&home).await? {
-            if !networks.iter().any(|(n, _)| *n == container) {
-                networks.push((container, labels));
+            if !forwarders.iter().any(|(n, _)| *n == container) {
+                forwarders.push((container, labels));
             }
         }
-        for (network, labels) in networks {
+        for (forwarder, labels) in forwarders {
             let Some(Ok(name)) = labels.get(LABEL_PORTS_SANDBOX).map(|n| SandboxName::parse(n)) else { continue };
-            let Some(_lock) = self.lock_if_unowned(&name, had_record(&name) || network != forwarder_name(&name))?
+            let Some(_lock) = self.lock_if_unowned(&name, had_record(&name) || forwarder != forwarder_name(&name))?
             else {
                 continue;
             };
             let why = format!("the port forwarder of sandbox {name}, which has no record");
-            let finding = Finding::new(Kind::OrphanForwarder, network.clone(), why, "remove its container and network");
-            findings.push(finding.act(force, self.runtime.remove_forwarder(&network, &network)).await);
+            let finding =
+                Finding::new(Kind::OrphanForwarder, forwarder.clone(), why, "remove its container and network");
+            findings.push(finding.act(force, self.runtime.remove_forwarder(&forwarder, &forwarder)).await);
         }
         Ok(findings)
     }
