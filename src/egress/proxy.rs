@@ -272,9 +272,16 @@ async fn open(state: &State, sandbox: &Entry, host: &Host, port: u16) -> Result<
             }
         },
     };
+    let map = state.map();
+    let check = |ip: Ipv4Addr| match reachable(ip, how) {
+        Ok(()) if map.refuses(ip) => Err(format!(
+            "{ip} is an address of the engine's default network, where other sandboxes and their port forwarders are"
+        )),
+        r => r,
+    };
     let mut refused = Vec::new();
     let usable: Vec<Ipv4Addr> =
-        addresses.into_iter().filter(|ip| reachable(*ip, how).map_err(|why| refused.push(why)).is_ok()).collect();
+        addresses.into_iter().filter(|ip| check(*ip).map_err(|why| refused.push(why)).is_ok()).collect();
     if usable.is_empty() {
         let why = if refused.is_empty() { format!("{host} has no IPv4 address") } else { refused.join("; ") };
         state.log_now(decide(false, Some(why.clone()))).await;

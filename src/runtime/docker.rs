@@ -785,6 +785,10 @@ impl Runtime for Docker {
         self.docker_used_subnets().await
     }
 
+    async fn default_network_subnets(&self) -> Result<Vec<crate::egress::subnet::Subnet>> {
+        self.docker_default_network_subnets().await
+    }
+
     async fn check_restricted(&self) -> Result<()> {
         self.info().await?.check_restricted(super::engine_choice::bridged_traffic_filtered())
     }

@@ -147,6 +147,14 @@ impl Docker {
 }
 
 impl Docker {
+    pub(crate) async fn docker_default_network_subnets(&self) -> Result<Vec<Subnet>> {
+        let name = if self.info().await?.podman { "podman" } else { "bridge" };
+        // The engine's name filter matches parts of names: the exact one is kept.
+        let filters = HashMap::from([("name".to_owned(), vec![name.to_owned()])]);
+        let networks = self.network_list(filters).await?;
+        Ok(networks.into_iter().filter(|n| n.name == name).flat_map(|n| n.subnets).collect())
+    }
+
     pub(crate) async fn docker_used_subnets(&self) -> Result<Vec<Subnet>> {
         let networks = self.network_list(HashMap::new()).await?;
         let mut used: Vec<Subnet> = networks.into_iter().flat_map(|n| n.subnets).collect();

@@ -458,6 +458,12 @@ pub trait Runtime: Send + Sync + 'static {
     fn used_subnets(&self) -> impl Future<Output = Result<Vec<crate::egress::subnet::Subnet>>> + Send {
         async { Ok(Vec::new()) }
     }
+    /// The subnets of the engine's default network (`bridge`, `podman`),
+    /// where `full` sandboxes are and, on Docker and rootful Podman, port
+    /// forwarders: none when it has no such network.
+    fn default_network_subnets(&self) -> impl Future<Output = Result<Vec<crate::egress::subnet::Subnet>>> + Send {
+        async { Ok(Vec::new()) }
+    }
     /// Makes the network; `false` when its subnet overlaps one made meanwhile
     /// (the caller tries the next).
     fn create_network(&self, _spec: &egress::NetworkSpec) -> impl Future<Output = Result<bool>> + Send {

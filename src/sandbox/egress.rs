@@ -14,7 +14,8 @@ use super::Engine;
 use crate::egress::inject::{self, InjectRule};
 use crate::egress::map::{EgressMap, Entry};
 use crate::egress::policy::{Allowlist, Pattern, SANDBOX_RANGE};
-use crate::egress::{subnet, LOG_INSIDE, POLICY_INSIDE, PROXY_HOST, PROXY_PORT, SANDBOX_HOST, SANDBOX_SUBNET_BITS};
+use crate::egress::subnet::{self, Subnet};
+use crate::egress::{LOG_INSIDE, POLICY_INSIDE, PROXY_HOST, PROXY_PORT, SANDBOX_HOST, SANDBOX_SUBNET_BITS};
 use crate::env::Settings;
 use crate::error::{Error, Result};
 use crate::names::{SandboxName, LABEL_HOME, LABEL_SANDBOX};
@@ -276,6 +277,7 @@ impl<R: Runtime> Engine<R> {
     /// `up`, and before every start (a proxy removed by hand comes back).
     pub(crate) async fn join_proxy(&self, record: &Record) -> Result<()> {
         let Some(egress) = &record.egress else { return Ok(()) };
+        let default_network = self.runtime.default_network_subnets().await?;
         let _lock = self.egress_lock().await?;
         let proxy = proxy_container(&self.home.label());
         if self.runtime.ensure_proxy(&self.proxy_spec()?, self.progress.as_ref()).await? == ProxyState::Made {
@@ -288,7 +290,7 @@ impl<R: Runtime> Engine<R> {
             }
         }
         self.runtime.connect_network(&egress.network, &proxy, egress.proxy_address).await?;
-        self.write_egress_map(None)
+        self.write_egress_map(None, Some(default_network))
     }
 
     /// The proxy's copy of the sandbox's injected keys (read from the
@@ -384,7 +386,7 @@ impl<R: Runtime> Engine<R> {
     pub(crate) async fn remove_egress(&self, record: &Record, network: &str) -> Result<()> {
         {
             let _lock = self.egress_lock().await?;
-            self.write_egress_map(Some(&record.name))?;
+            self.write_egress_map(Some(&record.name), None)?;
             let policy = self.egress_dir().join("policy");
             inject::remove_keys(&policy, record.name.as_str()).map_err(|e| {
                 Error::other(format!("removing sandbox {}'s keys in {}: {e}", record.name, policy.display()))
@@ -408,8 +410,9 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// Rewrites the map from the records (every restricted sandbox not being
-    /// removed, but `leaving`). The caller holds the egress lock.
-    fn write_egress_map(&self, leaving: Option<&SandboxName>) -> Result<()> {
+    /// removed, but `leaving`), with the engine's default network refused
+    /// (`None`: as the map has it now). The caller holds the egress lock.
+    fn write_egress_map(&self, leaving: Option<&SandboxName>, default_network: Option<Vec<Subnet>>) -> Result<()> {
         let (records, _) = self.home.load_all()?;
         let sandboxes = records
             .into_iter()
@@ -426,7 +429,11 @@ impl<R: Runtime> Engine<R> {
             })
             .collect();
         let dir = self.egress_dir().join("policy");
-        EgressMap { sandboxes }
+        let refused = match default_network {
+            Some(subnets) => subnets.iter().map(Subnet::to_string).collect(),
+            None => EgressMap::read(&dir).map(|m| m.refused).unwrap_or_default(),
+        };
+        EgressMap { sandboxes, refused }
             .write(&dir)
             .map_err(|e| Error::other(format!("writing the egress map in {}: {e}", dir.display())))
     }

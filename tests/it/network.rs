@@ -821,7 +821,15 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
     // B (restricted) and C (full) reach none of it, directly or (B) through
     // the proxy. (Reaching is getting A's answer: on some hosts, a
     // connection to an address no route leads to is accepted upstream.)
-    w.up(&b, &[]);
+    // B's allowlist names the forwarder's address on the network it is
+    // published through exactly, which lets a private address through: the
+    // proxy must refuse it all the same (the default network, or the
+    // forwarders' own range), whose connection would come from the gateway
+    // there, which the forwarder serves as the host.
+    let forwarder_entry = format!("{forwarder_ip}:{inside}");
+    w.up(&b, &["--allow", &forwarder_entry]);
+    let allowed: Vec<String> = w.network(&b).0["allow"].as_array().unwrap().iter().map(str_of).collect();
+    assert!(allowed.contains(&forwarder_entry), "B's allowlist lacks the attack's entry: {allowed:?}");
     let ws = w.workspace.display().to_string();
     // (On rootless Podman a full sandbox is on the default network only when
     // it publishes a port: else on slirp4netns, a network of its own, which
@@ -852,6 +860,18 @@ fn a_published_port_is_reachable_from_the_host_and_from_no_other_sandbox() {
             "B reached {target} through the proxy: {out}"
         );
     }
+    let (_, out) = w.sh(
+        &b,
+        &format!("curl -sS -m 30 -x http://{proxy}:3128 --noproxy '' -w '\\n%{{http_code}}' http://{forwarder_entry}/"),
+    );
+    let why = match test_engine() {
+        TestEngine::PodmanRootless => "an address of forage's port forwarders",
+        _ => "an address of the engine's default network",
+    };
+    assert!(
+        out.contains(why) && out.trim_end().ends_with("403"),
+        "the allowed forwarder was not refused for {why:?}: {out}"
+    );
     // C on the network the forwarder is published through, given the
     // forwarder's port: C's connection is taken, and closed unanswered. C is
     // on it already where that is the default network; on rootless Podman it
