@@ -6,11 +6,15 @@ A test server (HTTPS, HTTP/1.1 keep-alive, in a container) sits on the
 proxy's outside network as bench.egress.test and on the default bridge. Two
 sandboxes of one image run the same curl commands: one `restricted`, whose
 only way out is the proxy; one `full`, on the bridge, reaching the server
-directly. The two sides alternate, round by round. Every run's output is
-checked (every request answered 200 with the server's body) before its
-times count. Then 99 more restricted sandboxes are made, and the proxy's
-memory is read with 1 and with 100. Results go to RESULTS/network.json;
-report.py turns them into docs/benchmarks.md's egress-proxy section.
+directly. A third side is the floor any relay pays: the restricted sandbox's
+requests through a plain TCP relay (socat, no checks) in a container on the
+same two networks as the proxy, in its place. The sides alternate, round by
+round. Every run's output is checked (every request answered 200 with the
+server's body) before its times count. The proxy's own CPU time is read
+around its side's runs. Then 99 more restricted sandboxes are made, and the
+proxy's memory is read with 1 and with 100. Results go to
+RESULTS/network.json; report.py turns them into docs/benchmarks.md's
+egress-proxy section.
 """
 import concurrent.futures
 import json
@@ -27,13 +31,17 @@ RESULTS = os.path.join(WORK, "results")
 REQUESTS = int(os.environ.get("REQUESTS", "1000"))
 ROUNDS = int(os.environ.get("ROUNDS", "10"))
 NEW_CONNECTIONS = int(os.environ.get("NEW_CONNECTIONS", "200"))
-BULK_MIB = int(os.environ.get("BULK_MIB", "64"))
+BULK_MIB = int(os.environ.get("BULK_MIB", "256"))
 BULK_RUNS = int(os.environ.get("BULK_RUNS", "5"))
 SANDBOXES = int(os.environ.get("SANDBOXES", "100"))
 IMAGE = os.environ.get("SERVER_IMAGE", "forage-test-bookworm:2")
 LABEL = "forage-bench=1"
 HOST = "bench.egress.test"
 SERVER = "forage-bench-egress-server"
+RELAY = "forage-bench-egress-relay"
+# SERVER_IMAGE with socat, made once from Debian's mirror and kept, as
+# SERVER_IMAGE is.
+RELAY_IMAGE = "forage-bench-relay:1"
 
 TEMPLATE = f"""description: egress proxy benchmark
 host_image:
@@ -114,6 +122,21 @@ def start_server(outside):
     return sh(f"docker inspect -f '{{{{.NetworkSettings.Networks.bridge.IPAddress}}}}' {SERVER}").strip()
 
 
+def start_relay(sandbox_network, outside):
+    """The plain relay on the restricted sandbox's network and the proxy's
+    outside one, as the proxy is: its address on the sandbox's network."""
+    if subprocess.run(["docker", "image", "inspect", RELAY_IMAGE], capture_output=True).returncode != 0:
+        print(f"==> making {RELAY_IMAGE} (socat from Debian's mirror)", flush=True)
+        build = f"{RELAY}-build"
+        sh(f"docker rm -f {build} >/dev/null 2>&1; docker run --name {build} --label {LABEL} {IMAGE} "
+           "bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq socat'")
+        sh(f"docker commit {build} {RELAY_IMAGE} && docker rm {build}")
+    sh(f"docker run -d --name {RELAY} --label {LABEL} --network {sandbox_network} {RELAY_IMAGE} "
+       f"socat TCP-LISTEN:443,fork,reuseaddr,nodelay TCP:{HOST}:443,nodelay")
+    sh(f"docker network connect {outside} {RELAY}")
+    return sh(f"docker inspect -f '{{{{(index .NetworkSettings.Networks \"{sandbox_network}\").IPAddress}}}}' {RELAY}").strip()
+
+
 def batch(name, curl_args, n, extra=""):
     """`n` GETs of / in one curl (one connection unless told otherwise):
     each request's time, and the batch's wall time inside the sandbox."""
@@ -142,22 +165,47 @@ def proxy_rss(proxy):
     return sum(int(r.split()[1]) for r in rows if r.strip())
 
 
-def measure(proxied, direct, resolve):
-    sides = {"proxy": (proxied, ""), "direct": (direct, resolve)}
+def proxy_cpu_ns(proxy):
+    """The CPU time the proxy container's processes have had, every thread's,
+    in ns (the scheduler's own count: /proc/PID/task/*/schedstat)."""
+    total = 0
+    for pid in sh(f"docker top {proxy} -eo pid").split()[1:]:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+    return total
+
+
+def measure(proxied, direct, resolve, relayed, proxy):
+    sides = {"proxy": (proxied, ""), "relay": (proxied, relayed), "direct": (direct, resolve)}
     r = {side: {"times": [], "wall": 0.0, "new": [], "bulk": []} for side in sides}
+    # The proxy's own CPU time over the kept-alive batches and the downloads
+    # (what it takes from the machine, whatever the noise of the timings).
+    r["proxy_cpu"] = {"kept_alive_ns": 0, "kept_alive_requests": 0, "bulk_ns": 0, "bulk_mib": 0}
+    cpu = r["proxy_cpu"]
     for side, (name, args) in sides.items():  # warm-up: connections, caches
         batch(name, args, 20)
     per_round = REQUESTS // ROUNDS
     for _ in range(ROUNDS):
         for side, (name, args) in sides.items():
+            before = proxy_cpu_ns(proxy)
             times, wall = batch(name, args, per_round)
+            if side == "proxy":
+                cpu["kept_alive_ns"] += proxy_cpu_ns(proxy) - before
+                cpu["kept_alive_requests"] += per_round
             r[side]["times"] += times
             r[side]["wall"] += wall
+            if side == "relay":  # socat forks for each connection: no floor for new ones
+                continue
             new, _ = batch(name, args, NEW_CONNECTIONS // ROUNDS, extra="-H 'Connection: close'")
             r[side]["new"] += new
     for _ in range(BULK_RUNS):
         for side, (name, args) in sides.items():
+            before = proxy_cpu_ns(proxy)
             r[side]["bulk"].append(bulk(name, args))
+            if side == "proxy":
+                cpu["bulk_ns"] += proxy_cpu_ns(proxy) - before
+                cpu["bulk_mib"] += BULK_MIB
     return r
 
 
@@ -181,9 +229,11 @@ def main():
     status = json.loads(forage("status nb-proxy --json"))
     outside, proxy = status["network"]["outside_network"], status["network"]["proxy"]
     resolve = f"--resolve {HOST}:443:{start_server(outside)}"
+    # Past the sandbox's proxy settings, straight to the relay's address.
+    relayed = f"--noproxy '*' --resolve {HOST}:443:{start_relay(status['network']['sandbox_network'], outside)}"
     rss_idle = proxy_rss(proxy)
     print(f"==> {REQUESTS} keep-alive requests, {NEW_CONNECTIONS} new connections and {BULK_RUNS} x {BULK_MIB} MiB each side", flush=True)
-    r = measure("nb-proxy", "nb-direct", resolve)
+    r = measure("nb-proxy", "nb-direct", resolve, relayed, proxy)
     rss_one = proxy_rss(proxy)
     print(f"==> {SANDBOXES - 1} more restricted sandboxes", flush=True)
     many([f"nb-{i}" for i in range(2, SANDBOXES + 1)], workspace)
@@ -192,10 +242,14 @@ def main():
     r["settings"] = {"requests": REQUESTS, "rounds": ROUNDS, "new_connections": NEW_CONNECTIONS, "bulk_mib": BULK_MIB, "bulk_runs": BULK_RUNS}
     with open(os.path.join(RESULTS, "network.json"), "w") as f:
         json.dump(r, f)
-    for side in ("proxy", "direct"):
+    for side in ("proxy", "relay", "direct"):
         t = r[side]
+        new = f"new connection {statistics.median(t['new']) * 1000:.2f} ms, " if t["new"] else ""
         print(f"{side}: median {statistics.median(t['times']) * 1000:.3f} ms, {len(t['times']) / t['wall']:.0f} req/s, "
-              f"new connection {statistics.median(t['new']) * 1000:.2f} ms, bulk {statistics.median(t['bulk']):.0f} MiB/s")
+              f"{new}bulk {statistics.median(t['bulk']):.0f} MiB/s")
+    c = r["proxy_cpu"]
+    print(f"proxy CPU: {c['kept_alive_ns'] / c['kept_alive_requests'] / 1000:.1f} µs a kept-alive request (its curl "
+          f"start-up and handshake included), {c['bulk_ns'] / c['bulk_mib'] / 1000:.1f} µs a MiB downloaded")
     print(f"proxy RSS: {r['memory']}")
 
 
