@@ -290,7 +290,7 @@ impl<R: Runtime> Engine<R> {
             }
         }
         self.runtime.connect_network(&egress.network, &proxy, egress.proxy_address).await?;
-        self.write_egress_map(None, Some(default_network))
+        self.write_egress_map(None, &default_network)
     }
 
     /// The proxy's copy of the sandbox's injected keys (read from the
@@ -385,8 +385,9 @@ impl<R: Runtime> Engine<R> {
     /// sandbox any more), then its keys and the network.
     pub(crate) async fn remove_egress(&self, record: &Record, network: &str) -> Result<()> {
         {
+            let default_network = self.runtime.default_network_subnets().await?;
             let _lock = self.egress_lock().await?;
-            self.write_egress_map(Some(&record.name), None)?;
+            self.write_egress_map(Some(&record.name), &default_network)?;
             let policy = self.egress_dir().join("policy");
             inject::remove_keys(&policy, record.name.as_str()).map_err(|e| {
                 Error::other(format!("removing sandbox {}'s keys in {}: {e}", record.name, policy.display()))
@@ -410,9 +411,9 @@ impl<R: Runtime> Engine<R> {
     }
 
     /// Rewrites the map from the records (every restricted sandbox not being
-    /// removed, but `leaving`), with the engine's default network refused
-    /// (`None`: as the map has it now). The caller holds the egress lock.
-    fn write_egress_map(&self, leaving: Option<&SandboxName>, default_network: Option<Vec<Subnet>>) -> Result<()> {
+    /// removed, but `leaving`), with the engine's default network refused.
+    /// The caller holds the egress lock.
+    fn write_egress_map(&self, leaving: Option<&SandboxName>, default_network: &[Subnet]) -> Result<()> {
         let (records, _) = self.home.load_all()?;
         let sandboxes = records
             .into_iter()
@@ -429,10 +430,7 @@ impl<R: Runtime> Engine<R> {
             })
             .collect();
         let dir = self.egress_dir().join("policy");
-        let refused = match default_network {
-            Some(subnets) => subnets.iter().map(Subnet::to_string).collect(),
-            None => EgressMap::read(&dir).map(|m| m.refused).unwrap_or_default(),
-        };
+        let refused = default_network.iter().map(Subnet::to_string).collect();
         EgressMap { sandboxes, refused }
             .write(&dir)
             .map_err(|e| Error::other(format!("writing the egress map in {}: {e}", dir.display())))

@@ -248,9 +248,10 @@ fn help_groups_the_commands() {
     }
 }
 
-/// Kills everything in a sandbox but its init, a second after the `exec`
-/// that asks for it has returned.
-const KILL_ALL_SOON: &str = "(sleep 1; kill -KILL -1) </dev/null >/dev/null 2>&1 &";
+/// Kills everything in a sandbox but its init, two seconds after the `exec`
+/// that asks for it has returned (time for forage-ctl to read the exec's
+/// exit code on a loaded machine before the container stops).
+const KILL_ALL_SOON: &str = "(sleep 2; kill -KILL -1) </dev/null >/dev/null 2>&1 &";
 
 #[test]
 fn the_next_step_is_named() {
